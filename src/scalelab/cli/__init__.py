@@ -1,0 +1,67 @@
+"""The ``scalelab`` command: a thin layer over the Python API.
+
+Each subcommand lives in its own module here and exposes ``register(subparsers)``, which adds
+its parser and sets ``func`` (a callable taking the parsed arguments and returning an exit
+code). Modules are discovered, so adding a command is adding a file.
+
+Exit codes: 0 success; 2 bad input or usage (one line on stderr); 1 a failure while running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from scalelab.errors import RunFailure, UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2) instead of usage dumps."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="scalelab",
+        description="Profile one device, plan data-parallel training, run it, compare.",
+        formatter_class=HelpFormatter,
+    )
+    from scalelab import __version__
+
+    parser.add_argument("--version", action="version", version=f"scalelab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        register = getattr(module, "register", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def fail(code: int, message: str) -> int:
+    print(f"scalelab: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        return fail(2, str(e))
+    except RunFailure as e:
+        return fail(1, str(e))
+    except KeyboardInterrupt:
+        return fail(130, "interrupted")

@@ -1,0 +1,74 @@
+"""Argument helpers shared by the subcommands (workload options, sizes, console)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from rich.console import Console
+
+from scalelab.errors import UsageError
+
+console = Console(stderr=False)
+err_console = Console(stderr=True)
+
+_SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+    "t": 1000**4, "tb": 1000**4,
+    "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """'8GiB' -> 8589934592, '500MB' -> 500000000, '1024' -> 1024."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise UsageError(f"not a size: {text!r} (examples: 8GiB, 500MB, 1048576)")
+    value = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+    if value <= 0:
+        raise UsageError(f"size must be positive: {text!r}")
+    return int(value)
+
+
+def bytes_arg(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0: {value}")
+    return value
+
+
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    """MODEL and the options that define the training step (shared by profile/run/...)."""
+    p.add_argument("model", metavar="MODEL",
+                   help="torchvision model name (resnet50, alexnet, ...) or package.module:factory")
+    p.add_argument("--input-shape", default="3,224,224", metavar="C,H,W",
+                   help="per-sample input shape (default 3,224,224)")
+    p.add_argument("--num-classes", type=positive_int, default=1000, metavar="N")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                   help="sgd (momentum 0.9) or adam (default sgd)")
+    p.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
+    p.add_argument("--loss", choices=["cross_entropy"], default="cross_entropy")
+
+
+def workload_from_args(args: argparse.Namespace):
+    from scalelab.workload import WorkloadSpec, parse_input_shape
+
+    return WorkloadSpec(
+        model=args.model,
+        input_shape=parse_input_shape(args.input_shape),
+        num_classes=args.num_classes,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        loss=args.loss,
+    )

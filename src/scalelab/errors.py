@@ -1,0 +1,14 @@
+"""Error types the CLI maps to exit codes.
+
+``UsageError`` (a ``ValueError``) is a user mistake: the CLI prints its message as one line
+on stderr and exits 2. ``RunFailure`` is a failure while running (a rank died, a timeout):
+one line naming what failed and where, exit 1.
+"""
+
+
+class UsageError(ValueError):
+    """Bad input or usage: one line, exit code 2."""
+
+
+class RunFailure(RuntimeError):
+    """A failure while running: what failed and where, exit code 1."""

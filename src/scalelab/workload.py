@@ -1,0 +1,253 @@
+"""The workload: a model spec -> module factory, input shape, parameter bytes and FLOPs.
+
+A :class:`WorkloadSpec` names everything that defines one training step: the model (a
+torchvision classification model name, or ``package.module:factory`` for the user's own),
+the per-sample input shape, the number of classes, the loss and the optimizer. Everything
+else in scalelab (profiler, runner, planner) takes a spec and never re-derives these.
+
+:func:`describe` derives what planning needs from the model alone: the parameter count,
+``param_bytes`` (the bytes of the gradients exchanged per step), the byte size of every
+parameter tensor (for parameter-server shard placement) and the FLOPs per sample of one
+forward+backward pass, counted by ``torch.utils.flop_counter.FlopCounterMode`` on meta
+tensors (no memory, no arithmetic) where the model allows it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import nn
+
+from scalelab.errors import UsageError
+
+# Models whose auxiliary classifiers are switched off: the step trains the main head only,
+# so every parameter gets a gradient (DDP and the parameter server need that).
+_AUX_MODELS = {"googlenet", "inception_v3"}
+
+
+def parse_input_shape(text: str | tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """'3,224,224' -> (3, 224, 224); every dimension a positive integer."""
+    if isinstance(text, (tuple, list)):
+        parts = [str(v) for v in text]
+    else:
+        parts = [p.strip() for p in str(text).replace("x", ",").split(",")]
+    try:
+        dims = tuple(int(p) for p in parts)
+    except ValueError:
+        raise UsageError(
+            f"malformed input shape {text!r}: expected positive integers like 3,224,224"
+        ) from None
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(f"malformed input shape {text!r}: every dimension must be > 0")
+    return dims
+
+
+@lru_cache(maxsize=1)
+def torchvision_models() -> tuple[str, ...]:
+    """Names of torchvision's classification models."""
+    import torchvision
+
+    return tuple(sorted(torchvision.models.list_models(module=torchvision.models)))
+
+
+def resolve_factory(model: str):
+    """Return ``factory(num_classes) -> nn.Module`` for a model name or import path."""
+    if ":" in model:
+        module_name, _, attr = model.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as e:  # noqa: BLE001 - any import failure is the user's input
+            raise UsageError(f"model factory {model!r}: cannot import {module_name!r}: {e}") from None
+        factory = getattr(module, attr, None)
+        if factory is None or not callable(factory):
+            raise UsageError(f"model factory {model!r}: {module_name!r} has no callable {attr!r}")
+        try:
+            accepts_classes = "num_classes" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):
+            accepts_classes = False
+
+        def build_user(num_classes: int) -> nn.Module:
+            return factory(num_classes=num_classes) if accepts_classes else factory()
+
+        return build_user
+
+    names = torchvision_models()
+    if model not in names:
+        close = difflib.get_close_matches(model.lower(), names, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UsageError(
+            f"unknown model {model!r}{hint} (a torchvision classification model, "
+            "or package.module:factory)"
+        )
+
+    def build_tv(num_classes: int) -> nn.Module:
+        import torchvision
+
+        kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
+        if model in _AUX_MODELS:
+            kwargs.update(aux_logits=False, init_weights=True)
+        return torchvision.models.get_model(model, **kwargs)
+
+    return build_tv
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What defines one training step. Validated on creation."""
+
+    model: str
+    input_shape: tuple[int, ...] = (3, 224, 224)
+    num_classes: int = 1000
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    momentum: float = 0.9
+    loss: str = "cross_entropy"
+
+    def __post_init__(self):
+        object.__setattr__(self, "input_shape", parse_input_shape(self.input_shape))
+        if self.num_classes <= 0:
+            raise UsageError(f"--num-classes must be > 0, got {self.num_classes}")
+        if self.optimizer not in ("sgd", "adam"):
+            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd or adam)")
+        if self.loss != "cross_entropy":
+            raise UsageError(f"unknown loss {self.loss!r} (cross_entropy)")
+        if not self.lr > 0:
+            raise UsageError(f"--lr must be > 0, got {self.lr}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["input_shape"] = list(self.input_shape)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkloadSpec:
+        keys = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+    def build_model(self, seed: int | None = 0) -> nn.Module:
+        """A fresh model; with a seed the initial parameters are the same in every process."""
+        factory = resolve_factory(self.model)
+        if seed is not None:
+            torch.manual_seed(seed)
+        try:
+            module = factory(self.num_classes)
+        except UsageError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's factory failed
+            raise UsageError(f"model {self.model!r}: the factory failed: {e}") from None
+        if not isinstance(module, nn.Module):
+            raise UsageError(
+                f"model {self.model!r}: the factory returned {type(module).__name__}, "
+                "not a torch.nn.Module"
+            )
+        return module
+
+    def make_optimizer(self, params) -> torch.optim.Optimizer:
+        if self.optimizer == "adam":
+            return torch.optim.Adam(params, lr=self.lr)
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum)
+
+    def loss_fn(self) -> nn.Module:
+        return nn.CrossEntropyLoss()
+
+    def synthetic_batch(
+        self, batch_size: int, seed: int = 0, device: str | torch.device = "cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reproducible random batch (inputs, integer labels)."""
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn((batch_size, *self.input_shape), generator=g)
+        y = torch.randint(0, self.num_classes, (batch_size,), generator=g)
+        return x.to(device), y.to(device)
+
+
+def logits_of(output: Any) -> torch.Tensor:
+    """The main output of a model (models may return namedtuples with auxiliary heads)."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "logits"):
+        return output.logits
+    if isinstance(output, (tuple, list)) and output:
+        return output[0]
+    raise TypeError(f"model returned {type(output).__name__}, expected a tensor")
+
+
+@dataclass(frozen=True)
+class WorkloadInfo:
+    """What the planner needs to know about a model, derived by :func:`describe`."""
+
+    param_count: int
+    param_bytes: int
+    tensor_bytes: list[int] = field(default_factory=list)
+    tensor_names: list[str] = field(default_factory=list)
+    flops_per_sample: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def count_flops_per_sample(spec: WorkloadSpec, model: nn.Module, device: str) -> float:
+    """Forward+backward FLOPs per sample, counted with FlopCounterMode at batch 2.
+
+    Batch 2, not 1, because batch normalization refuses one value per channel in training
+    mode; the count is linear in the batch, so it is halved.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    batch = 2
+    x = torch.randn((batch, *spec.input_shape), device=device)
+    y = torch.zeros(batch, dtype=torch.long, device=device)
+    model.train()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        loss = spec.loss_fn()(logits_of(model(x)), y)
+        loss.backward()
+    return counter.get_total_flops() / batch
+
+
+def describe(spec: WorkloadSpec, flops: bool = True) -> WorkloadInfo:
+    """Parameter count, bytes per tensor and FLOPs per sample of ``spec``'s model.
+
+    The model is built on the meta device (no memory is allocated) and FLOPs are counted
+    there; a model that cannot run on meta tensors is counted on CPU instead.
+    """
+    try:
+        with torch.device("meta"):
+            model = spec.build_model(seed=None)
+        device = "meta"
+    except UsageError:
+        raise
+    except Exception:  # noqa: BLE001 - the model cannot be built on meta: use the CPU
+        model = spec.build_model(seed=None)
+        device = "cpu"
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    tensor_bytes = [p.numel() * p.element_size() for _, p in params]
+    flops_value = 0.0
+    if flops:
+        try:
+            flops_value = count_flops_per_sample(spec, model, device)
+        except Exception as e:  # noqa: BLE001
+            if device == "cpu":
+                raise UsageError(
+                    f"model {spec.model!r} cannot run a training step on input "
+                    f"{','.join(map(str, spec.input_shape))}: {e}"
+                ) from None
+            try:
+                flops_value = count_flops_per_sample(spec, spec.build_model(seed=None), "cpu")
+            except Exception as e2:  # noqa: BLE001
+                raise UsageError(
+                    f"model {spec.model!r} cannot run a training step on input "
+                    f"{','.join(map(str, spec.input_shape))}: {e2}"
+                ) from None
+    return WorkloadInfo(
+        param_count=sum(p.numel() for _, p in params),
+        param_bytes=sum(tensor_bytes),
+        tensor_bytes=tensor_bytes,
+        tensor_names=[n for n, _ in params],
+        flops_per_sample=float(flops_value),
+    )

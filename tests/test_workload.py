@@ -1,0 +1,74 @@
+import pytest
+import torch
+
+from scalelab.errors import UsageError
+from scalelab.workload import WorkloadSpec, describe, logits_of, parse_input_shape
+
+
+def test_known_parameter_counts():
+    # Published counts for torchvision's models at 1000 classes.
+    assert describe(WorkloadSpec("alexnet"), flops=False).param_count == 61_100_840
+    assert describe(WorkloadSpec("resnet50"), flops=False).param_count == 25_557_032
+
+
+def test_param_bytes_is_sum_of_tensor_bytes_fp32():
+    info = describe(WorkloadSpec("alexnet"), flops=False)
+    assert info.param_bytes == 4 * info.param_count == sum(info.tensor_bytes)
+    assert len(info.tensor_bytes) == len(info.tensor_names) == 16
+    # fc6 (classifier.1.weight, 9216 x 4096) dominates AlexNet.
+    big = info.tensor_names[info.tensor_bytes.index(max(info.tensor_bytes))]
+    assert big == "classifier.1.weight"
+    assert max(info.tensor_bytes) == 9216 * 4096 * 4
+
+
+def test_resnet50_flops_per_sample():
+    # ResNet-50 forward is 4.09 GMAC = 8.18 GFLOP at 224x224; backward is about twice the
+    # forward, so forward+backward is about 3x forward = 24.5 GFLOP (within 3%).
+    flops = describe(WorkloadSpec("resnet50")).flops_per_sample
+    assert flops == pytest.approx(24.5e9, rel=0.03)
+
+
+def test_linear_model_flops_exact():
+    spec = WorkloadSpec("tests.toy_models:linear", input_shape=(8,), num_classes=4)
+    # forward 2*8*4 per sample; backward: grad wrt weight 2*8*4; no input grad needed.
+    flops = describe(spec).flops_per_sample
+    assert flops == 2 * 8 * 4 * 2
+
+
+def test_input_shape_parsing():
+    assert parse_input_shape("3,64,64") == (3, 64, 64)
+    for bad in ["3,a,64", "", "3,0,64", "-1"]:
+        with pytest.raises(UsageError):
+            parse_input_shape(bad)
+
+
+def test_unknown_model_suggests_close_names():
+    with pytest.raises(UsageError, match="resnet50"):
+        WorkloadSpec("resnet5").build_model()
+
+
+def test_factory_that_does_not_import():
+    with pytest.raises(UsageError, match="cannot import"):
+        WorkloadSpec("no_such_pkg.mod:make").build_model()
+
+
+def test_factory_that_returns_a_non_module():
+    with pytest.raises(UsageError, match="not a torch.nn.Module"):
+        WorkloadSpec("tests.toy_models:not_a_module").build_model()
+
+
+def test_same_seed_same_init():
+    spec = WorkloadSpec("tests.toy_models:mlp", input_shape=(6,), num_classes=3)
+    a = torch.nn.utils.parameters_to_vector(spec.build_model(seed=3).parameters())
+    b = torch.nn.utils.parameters_to_vector(spec.build_model(seed=3).parameters())
+    c = torch.nn.utils.parameters_to_vector(spec.build_model(seed=4).parameters())
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_googlenet_trains_main_head_only():
+    spec = WorkloadSpec("googlenet", input_shape=(3, 64, 64), num_classes=10)
+    model = spec.build_model()
+    x, y = spec.synthetic_batch(2)
+    loss = spec.loss_fn()(logits_of(model(x)), y)
+    loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
