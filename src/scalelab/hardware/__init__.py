@@ -1,0 +1,165 @@
+"""The hardware catalog: devices, device links and networks, each figure with its source.
+
+The data is ``catalog.toml`` beside this file. Lookups accept a catalog name or an alias,
+case-insensitively; an unknown name raises :class:`~scalelab.errors.UsageError` listing the
+known ones. A device whose peak is not known (``cpu``) has ``None`` for its TFLOPS: it is
+reported as unknown, never guessed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from scalelab.errors import UsageError
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    source: str
+    fp32_tflops: float | None = None
+    tf32_tflops: float | None = None
+    bf16_tflops: float | None = None
+    fp16_tflops: float | None = None
+    memory_bytes: int | None = None
+    memory_bandwidth_Bps: float | None = None
+    intra_node: str | None = None
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    def peak_flops(self, precision: str = "fp32") -> float | None:
+        """Dense peak FLOP/s at ``precision``; None when unknown or not supported."""
+        if precision not in PRECISIONS:
+            raise UsageError(f"unknown precision {precision!r} ({', '.join(PRECISIONS)})")
+        tflops = getattr(self, f"{precision}_tflops")
+        return None if tflops is None else tflops * 1e12
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["aliases"] = list(self.aliases)
+        return d
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    title: str
+    bandwidth_Bps: float
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str
+    gbps: float  # nominal data rate per direction, as the name says
+    payload_gbps: float  # per-direction payload after encoding and framing
+    source: str
+    aliases: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def nominal_Bps(self) -> float:
+        return self.gbps * 1e9 / 8
+
+    @property
+    def payload_Bps(self) -> float:
+        return self.payload_gbps * 1e9 / 8
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gbps": self.gbps, "payload_gbps": self.payload_gbps,
+                "payload_Bps": self.payload_Bps, "source": self.source,
+                "aliases": list(self.aliases)}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    devices: dict[str, Device]
+    links: dict[str, Link]
+    networks: dict[str, Network]
+
+
+@lru_cache(maxsize=1)
+def catalog() -> Catalog:
+    """The packaged catalog, parsed once."""
+    text = resources.files(__name__).joinpath("catalog.toml").read_text()
+    data = tomllib.loads(text)
+    devices = {
+        name: Device(name=name, aliases=tuple(d.pop("aliases", ())), **d)
+        for name, d in ((n, dict(v)) for n, v in data["devices"].items())
+    }
+    links = {
+        name: Link(name=name, title=v["name"], bandwidth_Bps=float(v["bandwidth_Bps"]),
+                   source=v["source"])
+        for name, v in data["links"].items()
+    }
+    networks = {
+        name: Network(name=name, gbps=float(v["gbps"]), payload_gbps=float(v["payload_gbps"]),
+                      source=v["source"], aliases=tuple(v.get("aliases", ())))
+        for name, v in data["networks"].items()
+    }
+    return Catalog(devices, links, networks)
+
+
+def _find(kind: str, table: dict, name: str):
+    key = str(name).strip().lower()
+    for entry_name, entry in table.items():
+        names = [entry_name, *getattr(entry, "aliases", ())]
+        if key in (n.lower() for n in names):
+            return entry
+    known = list(table)
+    close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UsageError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
+
+
+def device(name: str) -> Device:
+    return _find("device", catalog().devices, name)
+
+
+def link(name: str) -> Link:
+    return _find("intra-node link", catalog().links, name)
+
+
+def network(name: str) -> Network:
+    return _find("network", catalog().networks, name)
+
+
+def match_device(reported_name: str | None) -> Device | None:
+    """The catalog device a profile's reported device name refers to, or None.
+
+    Matches a name or alias exactly (case-insensitive), then a catalog name contained in the
+    reported one (``"NVIDIA H100 80GB HBM3"`` -> H100-SXM). A CPU profile matches ``cpu``.
+    """
+    if not reported_name:
+        return None
+    key = str(reported_name).strip().lower()
+    devices = catalog().devices
+    for entry in devices.values():
+        if key in (n.lower() for n in (entry.name, *entry.aliases)):
+            return entry
+    for entry in sorted(devices.values(), key=lambda d: -len(d.name)):
+        if entry.name.lower() in key and entry.name != "cpu":
+            return entry
+    return None
+
+
+def lookup(name: str) -> tuple[str, Device | Link | Network]:
+    """Any catalog entry by name: ('device'|'link'|'network', entry)."""
+    cat = catalog()
+    for kind, table in (("device", cat.devices), ("link", cat.links), ("network", cat.networks)):
+        try:
+            return kind, _find(kind, table, name)
+        except UsageError:
+            continue
+    known = [*cat.devices, *cat.links, *cat.networks]
+    close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise UsageError(f"unknown hardware {name!r}{hint} (known: {', '.join(known)})")
