@@ -63,7 +63,9 @@ def resolve_factory(model: str):
         try:
             module = importlib.import_module(module_name)
         except Exception as e:  # noqa: BLE001 - any import failure is the user's input
-            raise UsageError(f"model factory {model!r}: cannot import {module_name!r}: {e}") from None
+            raise UsageError(
+                f"model factory {model!r}: cannot import {module_name!r}: {e}"
+            ) from None
         factory = getattr(module, attr, None)
         if factory is None or not callable(factory):
             raise UsageError(f"model factory {model!r}: {module_name!r} has no callable {attr!r}")

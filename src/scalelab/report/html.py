@@ -1,0 +1,233 @@
+"""Render one self-contained HTML report from any mix of scalelab result files.
+
+The page needs no network: the figures are PNGs embedded as base64 data URIs and the style
+sheet is inline. Files are read with :func:`scalelab.results.load_any`, so anything that is
+not a scalelab result is refused with one line.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from scalelab import __version__
+from scalelab.errors import UsageError
+from scalelab.report import figures
+from scalelab.results import load_any, write_text_atomic
+
+KINDS = ("profile", "plan", "run", "validation", "compare", "calibration")
+
+
+@dataclass
+class ReportInputs:
+    """Loaded result files grouped by kind, with where each came from."""
+
+    files: dict[str, list[dict]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    sources: list[tuple[str, str]] = field(default_factory=list)
+
+    def of(self, kind: str) -> list[dict]:
+        return self.files.get(kind, [])
+
+
+def _model_of(data: dict) -> str | None:
+    """The model a result file is about, wherever its kind keeps it."""
+    for path in (("workload", "model"), ("config", "model"), ("inputs", "workload", "model"),
+                 ("inputs", "model"), ("config", "workload", "model"), ("model",)):
+        node: Any = data
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str) and node:
+            return node
+    return None
+
+
+def collect_inputs(paths: list[str | os.PathLike]) -> ReportInputs:
+    """Load every file; refuse non-scalelab files and files about different models."""
+    if not paths:
+        raise UsageError("report needs at least one result file")
+    inputs = ReportInputs()
+    models: dict[str, str] = {}
+    for p in paths:
+        kind, data = load_any(p)
+        inputs.files.setdefault(kind, []).append(data)
+        inputs.sources.append((str(p), data["schema"]))
+        model = _model_of(data)
+        if model:
+            models[str(p)] = model
+    if len(set(models.values())) > 1:
+        listed = ", ".join(f"{Path(p).name}: {m}" for p, m in models.items())
+        raise UsageError(f"files of different models cannot share one report ({listed})")
+    return inputs
+
+
+def _data_uri(png: bytes | None) -> str | None:
+    return None if png is None else "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _fmt_s(s: float | None) -> str:
+    if s is None:
+        return "-"
+    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def _reason_text(r: Any) -> str:
+    if isinstance(r, str):
+        return r
+    if isinstance(r, dict):
+        return str(r.get("reason") or r.get("text") or r)
+    return str(r)
+
+
+def _recommendation(inputs: ReportInputs) -> dict | None:
+    """The headline: the first plan's recommendation, else what the profile chose."""
+    for p in inputs.of("plan"):
+        rec = p.get("recommendation")
+        if rec:
+            return {
+                "cards": [
+                    ("batch size / device", rec.get("batch_size")),
+                    ("computation", rec.get("algorithm")),
+                    ("devices", rec.get("gpus")),
+                    ("parameter servers", rec.get("num_ps") if rec.get("num_ps") is not None
+                     else "-"),
+                    ("network needed", f"{rec['network_gbps_needed']:.1f} Gb/s"
+                     if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
+                    ("loader processes", rec.get("loader_workers")),
+                ],
+                "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
+                "warnings": [_reason_text(w) for w in p.get("warnings", [])],
+                "estimate": bool(p.get("estimate")),
+            }
+    for prof in inputs.of("profile"):
+        algo = (prof.get("algorithms") or {}).get("chosen")
+        return {
+            "cards": [("batch size / device", prof.get("recommended_batch_size")),
+                      ("largest batch that fits", prof.get("max_batch_size")),
+                      ("computation", algo or "default")],
+            "reasons": [],
+            "warnings": [],
+            "estimate": False,
+        }
+    return None
+
+
+def _profile_table(profile: dict) -> list[list[str]]:
+    rows = []
+    for r in sorted(profile.get("batches", []), key=lambda r: r.get("batch_size", 0)):
+        rows.append([str(r.get("batch_size")), _fmt_s(r.get("forward_s")),
+                     _fmt_s(r.get("backward_s")), _fmt_s(r.get("optimizer_s")),
+                     _fmt_s(r.get("step_s")), f"{r.get('samples_per_s') or 0:.1f}",
+                     _fmt_bytes(r.get("peak_memory_bytes"))])
+    return rows
+
+
+def _validation_rows(validations: list[dict]) -> list[list[str]]:
+    rows = []
+    for v in validations:
+        for c in v.get("cases", []):
+            cfg = c.get("config", {})
+            err = c.get("error")
+            rows.append([" ".join(f"{k}={val}" for k, val in cfg.items()),
+                         _fmt_s(c.get("predicted_step_s")), _fmt_s(c.get("measured_step_s")),
+                         f"{err * 100:+.1f}%" if isinstance(err, (int, float)) else "-"])
+    return rows
+
+
+def _environment(inputs: ReportInputs) -> dict:
+    for kind in ("profile", "run", "validation", "compare", "plan"):
+        for data in inputs.of(kind):
+            env = data.get("environment")
+            if isinstance(env, dict) and env:
+                return env
+    try:
+        from scalelab.environment import collect_environment
+
+        return collect_environment("cpu")
+    except Exception:  # noqa: BLE001 - the report renders without the environment
+        return {}
+
+
+def render_report(inputs: ReportInputs, title: str | None = None) -> str:
+    """The report as one HTML string."""
+    profiles, plans, runs = inputs.of("profile"), inputs.of("plan"), inputs.of("run")
+    validations, compares = inputs.of("validation"), inputs.of("compare")
+    model = next((m for m in map(_model_of, sum(inputs.files.values(), [])) if m), None)
+    sections = []
+
+    def add(sid, heading, png, caption, table=None, header=None):
+        if png is None and not table:
+            return
+        sections.append({"id": sid, "heading": heading, "img": _data_uri(png),
+                         "caption": caption, "table": table, "header": header})
+
+    for prof in profiles[:1]:
+        add("batch", "Step time and memory against batch size", figures.batch_scaling(prof),
+            "Each point is the median of the timed steps after warm-up; the dashed line is the "
+            "memory budget, the dotted one the chosen batch.",
+            _profile_table(prof),
+            ["batch", "forward", "backward", "optimizer", "step", "samples/s", "peak memory"])
+        add("algorithms", "Computation configurations", figures.algorithms(prof),
+            "Step time of each candidate at the chosen batch; hatched bars do not fit the "
+            "memory budget.")
+    add("scaling", "Speedup and efficiency against device count",
+        figures.scaling(plans, runs, validations),
+        "Predicted by the planner for each architecture and network; dots are measured runs.")
+    add("breakdown", "Where a step's time goes", figures.breakdown(plans, runs),
+        "Compute, input, push, server apply and pull per step, predicted beside measured.")
+    add("validation", "Predicted against measured", figures.validation(validations),
+        "Each point is one configuration run for real; the band is ±10%.",
+        _validation_rows(validations), ["configuration", "predicted", "measured", "error"])
+    add("compare", "Naive against recommended", figures.compare(compares),
+        "The baseline, then the recommendations applied one at a time in the paper's order.")
+
+    summary = []
+    for v in validations:
+        if v.get("median_abs_error") is not None:
+            summary.append(f"validation: median |error| {v['median_abs_error'] * 100:.1f}%, "
+                           f"max {v.get('max_abs_error', 0) * 100:.1f}% over "
+                           f"{len(v.get('cases', []))} cases")
+    for r in runs:
+        cfg = r.get("config", {})
+        if r.get("samples_per_s"):
+            summary.append(f"run: {cfg.get('architecture', '?')} with {cfg.get('workers', '?')} "
+                           f"workers, {r['samples_per_s']:.1f} samples/s measured")
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("scalelab.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html"]),
+    )
+    return env.get_template("report.html").render(
+        title=title or f"scalelab report{f': {model}' if model else ''}",
+        model=model,
+        recommendation=_recommendation(inputs),
+        sections=sections,
+        summary=summary,
+        environment=_environment(inputs),
+        sources=inputs.sources,
+        version=__version__,
+        generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
+
+
+def write_report(paths: list[str | os.PathLike], out: str | os.PathLike) -> Path:
+    """Load ``paths``, render, and write ``out`` atomically."""
+    out = Path(out)
+    if out.exists() and out.is_dir():
+        raise UsageError(f"--out {out} is a folder; give a file name such as {out}/report.html")
+    html = render_report(collect_inputs(paths))
+    return write_text_atomic(out, html)
