@@ -1,0 +1,137 @@
+"""``scalelab run``: real data-parallel training (parameter servers or DDP), measured."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from scalelab.cli._common import add_workload_options, bytes_arg, positive_int, workload_from_args
+
+EPILOG = """examples:
+  scalelab run resnet18 --input-shape 3,64,64 --num-classes 10 --workers 2 --ps 1 --steps 20
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --ps 2 --mode async
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
+  scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
+  scalelab run resnet18 --workers 2 --ps 1 --checkpoint-dir ckpt --checkpoint-every 10 --resume
+  torchrun --nnodes 2 --nproc-per-node 2 --node-rank 0 --master-addr HOST --master-port 29500 \\
+      -m scalelab run resnet18 --workers 2 --ps 2 --colocate --launcher torchrun
+
+ranks: workers are ranks 0..W-1 and servers W..W+P-1; with --colocate they alternate
+(worker 0, server 0, worker 1, server 1, ...) so server k runs beside worker k.
+"""
+
+
+def register(subparsers) -> None:
+    from scalelab.cli import HelpFormatter
+
+    p = subparsers.add_parser(
+        "run", help="train data-parallel for real (parameter servers or all-reduce) and measure",
+        description="Train MODEL data-parallel on torch.distributed (Gloo) with sharded "
+        "parameter servers (sync or async) or DDP, timing every phase of the step.",
+        epilog=EPILOG, formatter_class=HelpFormatter)
+    add_workload_options(p)
+    p.add_argument("--workers", type=int, required=True, metavar="W", help="data-parallel workers")
+    p.add_argument("--ps", type=int, default=None, metavar="P",
+                   help="parameter servers (default 1, or W with --colocate)")
+    p.add_argument("--architecture", choices=["ps", "allreduce"], default="ps")
+    p.add_argument("--mode", choices=["sync", "async"], default="sync")
+    p.add_argument("--batch-size", type=positive_int, default=32, metavar="b",
+                   help="per-worker minibatch (default 32)")
+    p.add_argument("--steps", type=positive_int, default=20, metavar="N")
+    p.add_argument("--warmup-steps", type=int, default=2, metavar="N",
+                   help="steps left out of the medians (default 2)")
+    p.add_argument("--partition", choices=["balanced", "tensor"], default="balanced",
+                   help="even contiguous chunks, or whole tensors placed greedily")
+    p.add_argument("--piece-size", type=bytes_arg, default=None, metavar="BYTES",
+                   help="split shards into messages of this size (sync; e.g. 4MB)")
+    p.add_argument("--colocate", action="store_true", help="a server on every worker host")
+    p.add_argument("--emulate-network", default=None, metavar="RATE",
+                   help="one network namespace per host, links shaped to RATE (e.g. 1gbit)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds any wait may take before the job fails (default 60)")
+    p.add_argument("--checkpoint-dir", default=None, metavar="D")
+    p.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="image folder (PATH/<class>/<image>); synthetic data by default")
+    p.add_argument("--launcher", choices=["local", "torchrun"], default="local")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch threads per worker (default: cores / workers)")
+    p.add_argument("--out", default="run.json", help="run.json path (default run.json)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.add_argument("--json", action="store_true", help="print run.json to stdout")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args):
+    from scalelab.runner import RunConfig
+
+    return RunConfig(
+        workload=workload_from_args(args), workers=args.workers, ps=args.ps,
+        architecture=args.architecture, mode=args.mode, batch_size=args.batch_size,
+        steps=args.steps, warmup_steps=args.warmup_steps, partition=args.partition,
+        piece_bytes=args.piece_size, colocate=args.colocate,
+        emulate_network=args.emulate_network, timeout_s=args.timeout,
+        checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
+        resume=args.resume, seed=args.seed, data=args.data, launcher=args.launcher,
+        threads=args.threads)
+
+
+def _fmt(v, scale=1e3, unit="ms"):
+    return "-" if v is None else f"{v * scale:.2f} {unit}"
+
+
+def _table(result: dict):
+    from rich.table import Table
+
+    t = Table(title="scalelab run")
+    t.add_column("phase")
+    t.add_column("median", justify="right")
+    t.add_column("p10..p90", justify="right")
+    for name, s in result["steps"].items():
+        if s:
+            t.add_row(name, _fmt(s["median"]), f"{_fmt(s['p10'])} .. {_fmt(s['p90'])}")
+    return t
+
+
+def run(args) -> int:
+    from scalelab.cli._common import console, err_console
+    from scalelab.results import write_json
+    from scalelab.runner import run_training
+
+    cfg = config_from_args(args)
+    out = Path(args.out) if args.out else None
+    ranks_path = out.with_name(out.stem + ".ranks.jsonl") if out else None
+    show = not args.quiet and sys.stderr.isatty()
+    if show:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        bar = Progress("[progress.description]{task.description}", BarColumn(),
+                       MofNCompleteColumn(), TimeRemainingColumn(), console=err_console,
+                       transient=True)
+        with bar:
+            task = bar.add_task("training", total=cfg.steps)
+
+            def progress(rec):
+                if rec.get("type") == "step":
+                    loss = rec.get("loss")
+                    bar.update(task, completed=rec["step"] + 1,
+                               description=f"training (loss {loss:.4f})" if loss else "training")
+
+            result = run_training(cfg, progress=progress, ranks_path=ranks_path)
+    else:
+        result = run_training(cfg, ranks_path=ranks_path)
+    if not result:  # a torchrun rank other than 0
+        return 0
+    if out:
+        write_json(out, "run", result)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    elif not args.quiet:
+        console.print(_table(result))
+        sps = result.get("samples_per_s")
+        console.print(f"samples/s {sps:.1f}  final_param_checksum "
+                      f"{result['final_param_checksum']:.10g}" + (f"  -> {out}" if out else ""))
+    return 0

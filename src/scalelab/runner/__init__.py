@@ -1,0 +1,131 @@
+"""Real data-parallel training on torch.distributed: parameter servers and all-reduce.
+
+Public API::
+
+    from scalelab.runner import RunConfig, run_training
+    result = run_training(RunConfig(workload=spec, workers=2, ps=1, steps=20))
+    # result is the content of run.json (scalelab.run/1)
+
+With ``launcher="local"`` (default) this starts one process per rank on this machine (on an
+emulated network when ``emulate_network`` is set) and waits for them; with
+``launcher="torchrun"`` the calling process is one rank of a torchrun job and rank 0 gets
+the result (other ranks get ``{}``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+from scalelab.errors import RunFailure, UsageError
+from scalelab.runner.config import RunConfig
+
+__all__ = ["RunConfig", "run_training"]
+
+
+def _precheck_checkpoints(cfg: RunConfig) -> None:
+    from scalelab.runner import checkpoint
+
+    if not (cfg.resume and cfg.checkpoint_dir and Path(cfg.checkpoint_dir).is_dir()):
+        return
+    import torch
+
+    with torch.device("meta"):
+        model = cfg.workload.build_model(seed=None)
+    checkpoint.check_directory(cfg.checkpoint_dir, checkpoint.identity(cfg, model))
+
+
+def _open_network(cfg: RunConfig, stack: ExitStack):
+    try:
+        from scalelab import netem
+    except ImportError:
+        raise UsageError("emulated networks are not available in this installation") from None
+    netem.check_available()
+    netem.parse_rate(cfg.emulate_network)
+    return stack.enter_context(netem.emulated_network(cfg.num_hosts, cfg.emulate_network))
+
+
+def _write_ranks(path, workdir: Path, world_size: int) -> None:
+    from scalelab.results import write_text_atomic
+
+    lines = []
+    for r in range(world_size):
+        f = workdir / f"rank-{r}.jsonl"
+        if f.exists():
+            lines.append(f.read_text())
+    write_text_atomic(path, "".join(lines))
+
+
+def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
+    """Train as ``config`` says and return the run (the content of run.json).
+
+    ``progress(record)`` is called with each step line of worker 0 as it arrives.
+    ``ranks_path``: where to write every rank's step lines (JSON lines), if anywhere.
+    Raises UsageError for bad input, RunFailure when a rank fails or the job hangs.
+    """
+    cfg = config
+    if cfg.launcher == "torchrun":
+        return _run_torchrun(cfg, ranks_path)
+    from scalelab.runner.launch import Job, RankSpec, cpu_count
+
+    _precheck_checkpoints(cfg)
+    if cfg.data not in (None, "", "synthetic") and not Path(cfg.data).is_dir():
+        raise UsageError(f"--data {cfg.data}: not a folder")
+    workdir = Path(tempfile.mkdtemp(prefix="scalelab-run-"))
+    try:
+        with ExitStack() as stack:
+            net = _open_network(cfg, stack) if cfg.emulate_network else None
+            config_path = workdir / "config.json"
+            config_path.write_text(json.dumps(cfg.to_dict()))
+            worker_threads = max(1, cpu_count() // cfg.workers)
+            ranks = []
+            for r in range(cfg.world_size):
+                role, _ = cfg.role_of(r)
+                env = {"SCALELAB_THREADS": str(worker_threads if role == "worker" else 1)}
+                prefix: list[str] = []
+                if net is not None:
+                    h = cfg.host_of(r)
+                    prefix = net.exec_prefix(h)
+                    env["GLOO_SOCKET_IFNAME"] = net.hosts[h].ifname
+                else:
+                    env["GLOO_SOCKET_IFNAME"] = "lo"
+                ranks.append(RankSpec(r, cfg.describe_rank(r), prefix, env))
+            job = Job(workdir, config_path, ranks,
+                      master_addr=net.hosts[0].ip if net is not None else "127.0.0.1",
+                      timeout_s=cfg.timeout_s, progress_rank=0)
+            job.start()
+            job.wait(on_line=progress)
+            try:
+                result = json.loads((workdir / "result.json").read_text())
+            except (OSError, ValueError):
+                raise RunFailure("the job ended without a result from rank 0") from None
+            if net is not None:
+                result["network"] = {"rate_bps": net.rate_bps, "hosts": len(net.hosts)}
+            if ranks_path:
+                _write_ranks(ranks_path, workdir, cfg.world_size)
+            return result
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_torchrun(cfg: RunConfig, ranks_path) -> dict:
+    from scalelab.runner.entry import env_rank, run_rank
+
+    if cfg.emulate_network:
+        raise UsageError("--emulate-network needs --launcher local")
+    rank, world_size, _ = env_rank()
+    workdir = Path(tempfile.mkdtemp(prefix=f"scalelab-rank{rank}-"))
+    try:
+        result = run_rank(cfg, rank, world_size, workdir)
+        if ranks_path:
+            from scalelab.results import write_text_atomic
+
+            p = Path(ranks_path)
+            target = p if rank == 0 else p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
+            write_text_atomic(target, (workdir / f"rank-{rank}.jsonl").read_text())
+        return result or {}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

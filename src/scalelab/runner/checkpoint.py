@@ -1,0 +1,95 @@
+"""Checkpoints: atomic files, loaded with ``weights_only=True``, checked against the model.
+
+Each owner of state writes ``<dir>/<owner>-step<NNNNNNNN>.pt`` (servers ``ps<k>``, the
+all-reduce job's rank 0 ``ddp``): parameters, optimizer state and the step, through a
+temporary file and a rename, keeping the newest two. A resumed run starts from the
+newest step that every owner has, so a job killed while some servers were still writing
+resumes consistently. Every file carries the model's identity (model, shapes, optimizer,
+layout); a checkpoint of another model is a :class:`~scalelab.errors.UsageError`.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import torch
+
+from scalelab.errors import UsageError
+from scalelab.results import write_text_atomic
+
+KEEP = 2
+_NAME = re.compile(r"^(?P<owner>[a-z]+\d*)-step(?P<step>\d{8})\.pt$")
+
+
+def identity(cfg, model) -> dict:
+    """What must match for a checkpoint to continue this run."""
+    spec = cfg.workload
+    d = {
+        "model": spec.model,
+        "input_shape": list(spec.input_shape),
+        "num_classes": spec.num_classes,
+        "optimizer": spec.optimizer,
+        "tensors": [[n, list(p.shape)] for n, p in model.named_parameters() if p.requires_grad],
+        "architecture": cfg.architecture,
+    }
+    if cfg.architecture == "ps":
+        d["layout"] = [cfg.ps, cfg.partition, cfg.piece_bytes or 0]
+    return d
+
+
+def path_for(directory: str, owner: str, step: int) -> Path:
+    return Path(directory) / f"{owner}-step{step:08d}.pt"
+
+
+def steps_of(directory: str, owner: str) -> set[int]:
+    d = Path(directory)
+    if not d.is_dir():
+        return set()
+    found = set()
+    for f in d.iterdir():
+        m = _NAME.match(f.name)
+        if m and m.group("owner") == owner:
+            found.add(int(m.group("step")))
+    return found
+
+
+def save(directory: str, owner: str, step: int, payload: dict) -> Path:
+    buf = io.BytesIO()
+    torch.save(payload, buf)
+    path = write_text_atomic(path_for(directory, owner, step), buf.getvalue())
+    for old in sorted(steps_of(directory, owner))[:-KEEP]:
+        path_for(directory, owner, old).unlink(missing_ok=True)
+    return path
+
+
+def load(path: Path) -> dict:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign file
+        raise UsageError(f"{path}: not a readable scalelab checkpoint ({e})") from None
+
+
+def check_identity(path: Path, payload: dict, expected: dict) -> None:
+    found = payload.get("identity") if isinstance(payload, dict) else None
+    if found == expected:
+        return
+    if not isinstance(found, dict):
+        raise UsageError(f"{path}: not a scalelab checkpoint")
+    diffs = [k for k in expected if found.get(k) != expected[k]]
+    what = ", ".join(
+        f"{k} {found.get(k)!r} here vs {expected[k]!r}" if k != "tensors"
+        else "parameter shapes differ" for k in diffs[:3])
+    raise UsageError(f"checkpoint {path} is from another model or layout: {what}")
+
+
+def check_directory(directory: str, expected: dict) -> None:
+    """Reject a checkpoint folder whose newest file belongs to another model (fast pre-check)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return
+    files = sorted((f for f in d.iterdir() if _NAME.match(f.name)), key=lambda f: f.name)
+    if files:
+        path = files[-1]
+        check_identity(path, load(path), expected)

@@ -1,0 +1,151 @@
+"""The run configuration: one validated dataclass that every rank receives.
+
+Ranks and roles. Parameter-server jobs have ``workers + ps`` ranks. Without ``colocate``
+ranks ``0..W-1`` are workers and ``W..W+P-1`` servers; with ``colocate`` (a server on every
+worker host, P = W) ranks alternate worker, server, worker, server..., so that torchrun's
+node-major rank assignment with an even ``--nproc-per-node`` puts server k beside worker k.
+All-reduce jobs have ``workers`` ranks, all workers. Rank 0 is always worker 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from scalelab.errors import UsageError
+from scalelab.workload import WorkloadSpec
+
+ARCHITECTURES = ("ps", "allreduce")
+MODES = ("sync", "async")
+PARTITIONS = ("balanced", "tensor")
+LAUNCHERS = ("local", "torchrun")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines one distributed training run."""
+
+    workload: WorkloadSpec
+    workers: int = 2
+    ps: int | None = None
+    architecture: str = "ps"
+    mode: str = "sync"
+    batch_size: int = 32
+    steps: int = 20
+    warmup_steps: int = 2
+    partition: str = "balanced"
+    piece_bytes: int | None = None
+    colocate: bool = False
+    emulate_network: str | None = None
+    timeout_s: float = 60.0
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    resume: bool = False
+    seed: int = 0
+    data: str | None = None
+    launcher: str = "local"
+    threads: int | None = None
+    final_params_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.workload, WorkloadSpec):
+            raise UsageError("workload must be a WorkloadSpec")
+        if self.architecture not in ARCHITECTURES:
+            raise UsageError(f"unknown architecture {self.architecture!r} (ps or allreduce)")
+        if self.mode not in MODES:
+            raise UsageError(f"unknown mode {self.mode!r} (sync or async)")
+        if self.partition not in PARTITIONS:
+            raise UsageError(f"unknown partition {self.partition!r} (balanced or tensor)")
+        if self.launcher not in LAUNCHERS:
+            raise UsageError(f"unknown launcher {self.launcher!r} (local or torchrun)")
+        if self.workers < 1:
+            raise UsageError(f"--workers must be >= 1, got {self.workers}")
+        ps = self.ps
+        if self.architecture == "ps":
+            if ps is None:
+                ps = self.workers if self.colocate else 1
+            if ps < 1:
+                raise UsageError(
+                    f"--ps must be >= 1 with the parameter-server architecture, got {ps}")
+            if self.colocate and ps != self.workers:
+                raise UsageError(
+                    f"--colocate puts one server on every worker host: --ps must equal "
+                    f"--workers ({self.workers}), got {ps}"
+                )
+        else:
+            if ps not in (None, 0):
+                raise UsageError(f"--ps {ps} makes no sense with --architecture allreduce")
+            if self.mode != "sync":
+                raise UsageError("--mode async needs --architecture ps (all-reduce is synchronous)")
+            if self.colocate:
+                raise UsageError("--colocate needs --architecture ps")
+            ps = 0
+        object.__setattr__(self, "ps", ps)
+        if self.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.steps < 1:
+            raise UsageError(f"--steps must be >= 1, got {self.steps}")
+        if self.warmup_steps < 0:
+            raise UsageError(f"warmup steps must be >= 0, got {self.warmup_steps}")
+        if self.piece_bytes is not None and self.piece_bytes < 4:
+            raise UsageError(f"piece size must be >= 4 bytes, got {self.piece_bytes}")
+        if not self.timeout_s > 0:
+            raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise UsageError(f"--checkpoint-every must be >= 1, got {self.checkpoint_every}")
+        if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
+            raise UsageError("--checkpoint-every and --resume need --checkpoint-dir")
+        if self.checkpoint_dir and self.architecture == "ps" and self.mode == "async":
+            raise UsageError(
+                "checkpoints need --mode sync (asynchronous servers have no common step)"
+            )
+        if self.threads is not None and self.threads < 1:
+            raise UsageError(f"threads must be >= 1, got {self.threads}")
+
+    # -- ranks and roles --------------------------------------------------------------
+    @property
+    def world_size(self) -> int:
+        return self.workers + (self.ps or 0)
+
+    def role_of(self, rank: int) -> tuple[str, int]:
+        """``("worker", k)`` or ``("server", k)`` for a global rank."""
+        assert 0 <= rank < self.world_size, rank
+        if self.architecture == "allreduce":
+            return "worker", rank
+        if self.colocate:
+            return ("worker" if rank % 2 == 0 else "server"), rank // 2
+        return ("worker", rank) if rank < self.workers else ("server", rank - self.workers)
+
+    def worker_rank(self, k: int) -> int:
+        return 2 * k if (self.colocate and self.architecture == "ps") else k
+
+    def server_rank(self, k: int) -> int:
+        return 2 * k + 1 if self.colocate else self.workers + k
+
+    def host_of(self, rank: int) -> int:
+        """Host index of a rank on an emulated network (colocated servers share a host)."""
+        if self.colocate and self.architecture == "ps":
+            return rank // 2
+        return rank
+
+    @property
+    def num_hosts(self) -> int:
+        return self.workers if (self.colocate and self.architecture == "ps") else self.world_size
+
+    def describe_rank(self, rank: int) -> str:
+        role, k = self.role_of(rank)
+        return f"rank {rank} ({role} {k})"
+
+    # -- serialization ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["workload"] = self.workload.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunConfig:
+        keys = set(cls.__dataclass_fields__)
+        kw = {k: v for k, v in d.items() if k in keys}
+        kw["workload"] = WorkloadSpec.from_dict(d["workload"])
+        return cls(**kw)

@@ -1,0 +1,256 @@
+"""The local launcher: one process per rank on this machine, watched until the job ends.
+
+Each rank is ``python -m scalelab.runner.entry CONFIG.json`` with torchrun's environment
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and ``SCALELAB_THREADS``, started
+in its own session with a parent-death signal, optionally behind a command prefix (``ip
+netns exec NS`` on an emulated network) and with extra environment per rank. The launcher
+talks to ranks only through files in the job folder.
+
+When a rank exits with an error, dies, or the job stops making progress, every other rank is
+terminated (SIGTERM, then SIGKILL) and reaped, and the failure is raised naming the rank that
+caused it: a rank that raised or died is preferred over ranks that only lost their peer;
+when all failures are lost peers, the ranks still running are the ones that hung.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scalelab.errors import RunFailure, UsageError
+
+_PR_SET_PDEATHSIG = 1
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+@dataclass
+class RankSpec:
+    rank: int
+    name: str  # e.g. "rank 1 (worker 1)"
+    prefix: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    workdir: Path
+    config_path: Path
+    ranks: list[RankSpec]
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    timeout_s: float = 60.0
+    progress_rank: int = 0
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self) -> None:
+        world = len(self.ranks)
+        port = self.master_port or free_port()
+        for r in self.ranks:
+            env = {**os.environ, "RANK": str(r.rank), "WORLD_SIZE": str(world),
+                   "LOCAL_RANK": str(r.rank), "LOCAL_WORLD_SIZE": str(world),
+                   "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(port),
+                   "PYTHONUNBUFFERED": "1", **r.env}
+            log = open(self.workdir / f"rank-{r.rank}.log", "wb")  # noqa: SIM115
+            cmd = [*r.prefix, sys.executable, "-m", "scalelab.runner.entry",
+                   str(self.config_path)]
+            try:
+                self.procs[r.rank] = subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, preexec_fn=_die_with_parent)
+            except OSError as e:
+                self.stop()
+                raise RunFailure(f"cannot start {r.name}: {e}") from None
+            finally:
+                log.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Terminate every rank still running, then kill and reap."""
+        alive = [p for p in self.procs.values() if p.poll() is None]
+        for p in alive:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in alive:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.procs.values():
+            if p.poll() is None:
+                _signal_group(p, signal.SIGKILL)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _error(self, rank: int) -> dict | None:
+        f = self.workdir / f"error-{rank}.json"
+        try:
+            return json.loads(f.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _log_tail(self, rank: int) -> str:
+        try:
+            lines = (self.workdir / f"rank-{rank}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in lines if ln.strip()]
+        return lines[-1][:300] if lines else ""
+
+    def _progress_size(self) -> int:
+        total = 0
+        for r in self.ranks:
+            try:
+                total += (self.workdir / f"rank-{r.rank}.jsonl").stat().st_size
+            except OSError:
+                pass
+        return total
+
+    def wait(self, on_line=None, poll_s: float = 0.05) -> None:
+        """Wait for every rank; on any failure stop them all and raise."""
+        name = {r.rank: r.name for r in self.ranks}
+        tail = _Tail(self.workdir / f"rank-{self.progress_rank}.jsonl")
+        last_size, last_change = -1, time.monotonic()
+        stall_s = 2 * self.timeout_s + 30
+        try:
+            while True:
+                if on_line is not None:
+                    for rec in tail.read():
+                        on_line(rec)
+                codes = {r: p.poll() for r, p in self.procs.items()}
+                failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+                if failed:
+                    self._fail(failed, name)
+                if all(c == 0 for c in codes.values()):
+                    if on_line is not None:
+                        for rec in tail.read():
+                            on_line(rec)
+                    return
+                size = self._progress_size()
+                now = time.monotonic()
+                if size != last_size:
+                    last_size, last_change = size, now
+                elif now - last_change > stall_s:
+                    running = [name[r] for r, c in codes.items() if c is None]
+                    self.stop()
+                    raise RunFailure(
+                        f"the job made no progress for {stall_s:g} s; still running: "
+                        f"{', '.join(running)}")
+                time.sleep(poll_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _fail(self, failed: dict[int, int], name: dict[int, str]) -> None:
+        # give the root cause a moment to surface among ranks that only lost their peer
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            if any(self._kind(r, c) != "comm" for r, c in failed.items()):
+                break
+            time.sleep(0.05)
+            failed.update({r: p.poll() for r, p in self.procs.items()
+                           if p.poll() not in (None, 0)})
+        running = [r for r, p in self.procs.items() if p.poll() is None]
+        self.stop()
+        causes = sorted(failed, key=lambda r: (self._kind(r, failed[r]) == "comm",
+                                               self._time(r), r))
+        first = causes[0]
+        kind = self._kind(first, failed[first])
+        if kind == "comm" and running:
+            hung = ", ".join(name[r] for r in running)
+            raise RunFailure(
+                f"{hung} stopped responding; {name[first]}: {self._describe(first, failed[first])}")
+        message = f"{name[first]} failed: {self._describe(first, failed[first])}"
+        if kind == "usage":
+            err = self._error(first)
+            raise UsageError(err["error"] if err else message)
+        raise RunFailure(message)
+
+    def _kind(self, rank: int, code: int) -> str:
+        if code is not None and code < 0:
+            return "signal"
+        err = self._error(rank)
+        return err["kind"] if err else "local"
+
+    def _time(self, rank: int) -> float:
+        err = self._error(rank)
+        return err["time"] if err else 0.0
+
+    def _describe(self, rank: int, code: int) -> str:
+        if code < 0:
+            try:
+                sig = signal.Signals(-code).name
+            except ValueError:
+                sig = f"signal {-code}"
+            return f"died (killed by {sig})"
+        err = self._error(rank)
+        if err:
+            return err["error"]
+        return f"exited with code {code}" + (f": {t}" if (t := self._log_tail(rank)) else "")
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            p.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+class _Tail:
+    """New complete JSON lines of a growing file."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos, self.buf = path, 0, b""
+
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                chunk = f.read()
+        except OSError:
+            return []
+        self.pos += len(chunk)
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        out = []
+        for ln in lines:
+            try:
+                out.append(json.loads(ln))
+            except ValueError:
+                pass
+        return out

@@ -1,0 +1,258 @@
+"""The sharded parameter server: worker and server loops over point-to-point messages.
+
+Synchronous step, per worker: forward, then backward; a gradient hook sends every piece of
+every shard to its server with ``isend`` the moment backward has produced all gradients the
+piece covers, so the push overlaps backward. The worker then waits for its sends (push) and
+for the fresh pieces (pull), which it asked for with ``irecv`` before the step started.
+Exchanges with different servers run concurrently.
+
+Per server: it waits for piece i from every worker, sums in worker order (deterministic),
+divides by W, applies its own optimizer to the piece (it owns the momentum/Adam state) and
+sends the fresh piece to every worker at once, while later pieces are still arriving.
+This is the full-duplex, pipelined form of the exchange.
+
+Asynchronous (``mode="async"``): one message per shard. The server receives a gradient from
+any worker, applies it as it arrives and answers that worker with the fresh shard. Staleness
+of an update is the number of updates this server applied between sending that worker the
+parameters it used and applying its gradient. At the end every server sends every worker
+its final shard.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from scalelab.runner import checkpoint
+from scalelab.runner.comm import irecv, isend, wait
+from scalelab.runner.config import RunConfig
+from scalelab.runner.partition import Layout
+from scalelab.runner.timers import StepTimer, maybe_phase
+from scalelab.workload import logits_of
+
+TAG_ASYNC_GRAD = 1 << 20
+TAG_FINAL = (1 << 20) + 1
+
+
+def trainable(model) -> list[torch.Tensor]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _pack(piece, tensors, out: torch.Tensor) -> None:
+    for t, a, b, o in piece.copies:
+        out[o - piece.offset:o - piece.offset + (b - a)].copy_(tensors[t].reshape(-1)[a:b])
+
+
+def _unpack(piece, buf: torch.Tensor, params) -> None:
+    with torch.no_grad():
+        for t, a, b, o in piece.copies:
+            params[t].view(-1)[a:b].copy_(buf[o - piece.offset:o - piece.offset + (b - a)])
+
+
+class Worker:
+    def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, shards, log):
+        self.cfg, self.k, self.model, self.layout = cfg, index, model, layout
+        self.shards, self.log = shards, log
+        self.params = trainable(model)
+        self.loss_fn = cfg.workload.loss_fn()
+        self.grad_buf = {p.index: torch.empty(p.numel, dtype=self.params[0].dtype)
+                         for p in layout.pieces}
+        self.param_buf = {p.index: torch.empty(p.numel, dtype=self.params[0].dtype)
+                          for p in layout.pieces}
+        self.by_tensor: dict[int, list] = {}
+        for piece in layout.pieces:
+            for t in piece.tensors:
+                self.by_tensor.setdefault(t, []).append(piece)
+        self.pending: dict[int, int] = {}
+        self.sends: list = []
+        self.capturing = False
+        self.hooks = [p.register_post_accumulate_grad_hook(self._hook(t))
+                      for t, p in enumerate(self.params)]
+        self.elem_bytes = self.params[0].element_size()
+        self.async_mode = cfg.mode == "async"
+
+    def _hook(self, t: int):
+        def hook(param):
+            if not self.capturing:
+                return
+            for piece in self.by_tensor.get(t, ()):
+                self.pending[piece.index] -= 1
+                if self.pending[piece.index] == 0:
+                    self._send(piece)
+        return hook
+
+    def _send(self, piece) -> None:
+        buf = self.grad_buf[piece.index]
+        _pack(piece, [p.grad for p in self.params], buf)
+        tag = TAG_ASYNC_GRAD if self.async_mode else piece.index
+        self.sends.append((piece, isend(buf, self.cfg.server_rank(piece.server), tag)))
+
+    def _post_pulls(self, tag_of):
+        return [(piece, irecv(self.param_buf[piece.index], self.cfg.server_rank(piece.server),
+                              tag_of(piece)))
+                for piece in self.layout.pieces]
+
+    def _finish_pulls(self, pulls, what: str) -> None:
+        for piece, work in pulls:
+            wait(work, self.cfg.timeout_s,
+                 f"{what} piece {piece.index} from server {piece.server} "
+                 f"(rank {self.cfg.server_rank(piece.server)})")
+            _unpack(piece, self.param_buf[piece.index], self.params)
+
+    def initial_pull(self) -> None:
+        self._finish_pulls(self._post_pulls(lambda p: p.index), "initial parameters")
+
+    def step(self, step: int, timer: StepTimer | None) -> dict:
+        cfg = self.cfg
+        with maybe_phase(timer, "data_s"):
+            x, y = self.shards.shard(step, self.k)
+        pulls = self._post_pulls(lambda p: p.index)
+        self.pending = {p.index: len(p.tensors) for p in self.layout.pieces}
+        self.sends = []
+        self.model.zero_grad(set_to_none=True)
+        self.capturing = True
+        try:
+            with maybe_phase(timer, "compute_s"):
+                loss = self.loss_fn(logits_of(self.model(x)), y)
+                loss.backward()
+        finally:
+            self.capturing = False
+        missing = [p.index for p in self.layout.pieces if self.pending[p.index] != 0]
+        if missing:
+            raise RuntimeError(
+                f"backward produced no gradient for some parameters (pieces {missing[:5]}); "
+                "every parameter must be used in the loss"
+            )
+        with maybe_phase(timer, "push_s"):
+            for piece, work in self.sends:
+                wait(work, cfg.timeout_s, f"the push of piece {piece.index} to server "
+                     f"{piece.server} (rank {cfg.server_rank(piece.server)})")
+        with maybe_phase(timer, "pull_s"):
+            self._finish_pulls(pulls, "fresh parameters")
+        nbytes = sum(p.numel for p in self.layout.pieces) * self.elem_bytes
+        return {"loss": float(loss.detach()), "bytes_sent": nbytes, "bytes_received": nbytes}
+
+    def final_pull(self) -> None:
+        """Async only: the servers' final parameters after every worker's last update."""
+        self._finish_pulls(self._post_pulls(lambda p: TAG_FINAL), "final parameters")
+
+    def close(self) -> None:
+        for h in self.hooks:
+            h.remove()
+
+
+class Server:
+    def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, identity: dict, log):
+        self.cfg, self.k, self.layout, self.identity, self.log = cfg, index, layout, identity, log
+        params = trainable(model)
+        self.pieces = layout.pieces_of(index)
+        self.order = layout.send_order(index)
+        self.values: dict[int, torch.Tensor] = {}
+        for piece in self.pieces:
+            buf = torch.empty(piece.numel, dtype=params[0].dtype)
+            _pack(piece, [p.detach() for p in params], buf)
+            self.values[piece.index] = torch.nn.Parameter(buf)
+        self.opts = {i: cfg.workload.make_optimizer([v]) for i, v in self.values.items()}
+        W = cfg.workers
+        self.recv = {(w, p.index): torch.empty(p.numel, dtype=params[0].dtype)
+                     for w in range(W) for p in self.pieces}
+        self.elem_bytes = params[0].element_size()
+        self.shard_bytes = sum(p.numel for p in self.pieces) * self.elem_bytes
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state(self, step: int) -> dict:
+        return {"identity": self.identity, "step": step,
+                "pieces": {str(i): v.detach().clone() for i, v in self.values.items()},
+                "optimizers": {str(i): o.state_dict() for i, o in self.opts.items()}}
+
+    def load(self, payload: dict) -> None:
+        with torch.no_grad():
+            for i, v in self.values.items():
+                v.copy_(payload["pieces"][str(i)])
+        for i, o in self.opts.items():
+            o.load_state_dict(payload["optimizers"][str(i)])
+
+    def _send_all(self, tag_of) -> list:
+        works = []
+        for piece in self.pieces:
+            for w in range(self.cfg.workers):
+                works.append((w, isend(self.values[piece.index].detach(),
+                                       self.cfg.worker_rank(w), tag_of(piece))))
+        return works
+
+    def _wait_sends(self, works, what: str) -> None:
+        for w, work in works:
+            wait(work, self.cfg.timeout_s,
+                 f"{what} to worker {w} (rank {self.cfg.worker_rank(w)})")
+
+    def initial_push(self) -> None:
+        self._wait_sends(self._send_all(lambda p: p.index), "sending initial parameters")
+
+    def step_sync(self, step: int, timer: StepTimer | None) -> dict:
+        cfg, W = self.cfg, self.cfg.workers
+        works = {(w, p.index): irecv(self.recv[(w, p.index)], cfg.worker_rank(w), p.index)
+                 for w in range(W) for p in self.pieces}
+        sends = []
+        for piece in self.order:
+            i = piece.index
+            with maybe_phase(timer, "recv_s"):
+                for w in range(W):
+                    wait(works[(w, i)], cfg.timeout_s,
+                         f"the gradient piece {i} from worker {w} (rank {cfg.worker_rank(w)})")
+            with maybe_phase(timer, "apply_s"):
+                g = self.recv[(0, i)].clone()
+                for w in range(1, W):
+                    g.add_(self.recv[(w, i)])
+                g.div_(W)
+                self.values[i].grad = g
+                self.opts[i].step()
+            for w in range(W):
+                sends.append((w, isend(self.values[i].detach(), cfg.worker_rank(w), i)))
+        with maybe_phase(timer, "send_s"):
+            self._wait_sends(sends, "sending fresh parameters")
+        return {"bytes_received": self.shard_bytes * W, "bytes_sent": self.shard_bytes * W}
+
+    def run_async(self, total_updates: int, record) -> dict:
+        """Apply ``total_updates`` gradients as they arrive; ``record(step_record)`` per update."""
+        cfg = self.cfg
+        (piece,) = self.pieces if len(self.pieces) == 1 else (None,)
+        assert piece is not None, "async servers hold one piece"
+        i = piece.index
+        rbuf = torch.empty(piece.numel, dtype=self.values[i].dtype)
+        sendbuf = {w: torch.empty_like(rbuf) for w in range(cfg.workers)}
+        pending_send: dict[int, object] = {}
+        sent_version = dict.fromkeys(range(cfg.workers), 0)
+        version = 0
+        staleness = []
+        for update in range(total_updates):
+            timer = StepTimer()
+            timer.start_step()
+            with timer.phase("recv_s"):
+                work = irecv(rbuf, None, TAG_ASYNC_GRAD)
+                wait(work, cfg.timeout_s, "a gradient from any worker")
+                src = work._source_rank()
+            _, w = cfg.role_of(src)
+            with timer.phase("apply_s"):
+                self.values[i].grad = rbuf.clone()
+                self.opts[i].step()
+                stale = version - sent_version[w]
+                version += 1
+            with timer.phase("send_s"):
+                if w in pending_send:
+                    wait(pending_send.pop(w), cfg.timeout_s,
+                         f"sending parameters to worker {w} (rank {src})")
+                sendbuf[w].copy_(self.values[i].detach())
+                pending_send[w] = isend(sendbuf[w], src, i)
+                sent_version[w] = version
+            rec = timer.end_step()
+            staleness.append(stale)
+            record({**rec, "step": update, "worker": w, "staleness": stale,
+                    "bytes_received": self.shard_bytes, "bytes_sent": self.shard_bytes})
+        for w, work in pending_send.items():
+            wait(work, cfg.timeout_s, f"sending parameters to worker {w}")
+        self._wait_sends(self._send_all(lambda p: TAG_FINAL), "sending final parameters")
+        return {"staleness_mean": sum(staleness) / len(staleness) if staleness else 0.0,
+                "staleness_max": max(staleness, default=0), "updates": total_updates}
+
+
+def save_checkpoint(server: Server, step: int) -> None:
+    checkpoint.save(server.cfg.checkpoint_dir, f"ps{server.k}", step, server.state(step))
