@@ -303,7 +303,8 @@ class PlanInput:
     fit_step_s: tuple[float, float] | None = None  # intercept, per_sample
     max_batch_size: int | None = None
     path: str | None = None
-    notes: tuple[str, ...] = ()
+    input_shape: tuple[int, ...] = (3, 224, 224)
+    num_classes: int = 1000
 
     def __post_init__(self):
         where = f"{self.path}: " if self.path else ""
@@ -392,7 +393,9 @@ def load_profile(path: str | Path) -> PlanInput:
     return PlanInput(
         batch_size=int(rec), step_s=float(step_s),
         param_bytes=int(_num(wl, "param_bytes", where)), source="profile",
-        model=wl.get("model"), tensor_bytes=tuple(int(b) for b in wl.get("tensor_bytes") or ()),
+        model=wl.get("model"), input_shape=tuple(wl.get("input_shape") or (3, 224, 224)),
+        num_classes=int(wl.get("num_classes") or 1000),
+        tensor_bytes=tuple(int(b) for b in wl.get("tensor_bytes") or ()),
         flops_per_sample=_num(wl, "flops_per_sample", where, required=False) or None,
         device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
         batches=batches, fit_step_s=fit_pair,
@@ -428,19 +431,18 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
     tensor_bytes: tuple[int, ...] = ()
     flops = _num(data, "flops_per_sample", where, required=False)
     param_bytes = _num(data, "param_bytes", where, required=False)
-    notes: list[str] = []
+    input_shape = data.get("input_shape", (3, 224, 224))
+    num_classes = data.get("num_classes", 1000)
     if model is not None:
         from scalelab.workload import WorkloadSpec, describe
 
-        spec = WorkloadSpec(model=str(model),
-                            input_shape=data.get("input_shape", (3, 224, 224)),
-                            num_classes=int(data.get("num_classes", 1000)))
-        info = describe(spec, flops=flops is None and data.get("device") is not None)
+        spec = WorkloadSpec(model=str(model), input_shape=input_shape,
+                            num_classes=int(num_classes))
+        info = describe(spec, flops=False)
         tensor_bytes = tuple(info.tensor_bytes)
+        input_shape = spec.input_shape
         if param_bytes is None:
             param_bytes = info.param_bytes
-        if flops is None and info.flops_per_sample:
-            flops = info.flops_per_sample
     if param_bytes is None:
         raise UsageError(f"{where}: give model = NAME or param_bytes = N")
     return PlanInput(
@@ -448,7 +450,8 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
         model=model, tensor_bytes=tensor_bytes, flops_per_sample=flops,
         device=data.get("device"), algorithm=data.get("algorithm"),
         io_s=float(_num(data, "io_s", where, required=False) or 0.0),
-        batches=((int(batch), float(step_s)),), path=where, notes=tuple(notes),
+        batches=((int(batch), float(step_s)),), path=where,
+        input_shape=tuple(input_shape), num_classes=int(num_classes),
     )
 
 
@@ -750,7 +753,14 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
         warnings.append(f"{target.name} has no {precision} peak in the catalog; scaled by FP32")
         precision = "fp32"
     peak_s = src.peak_flops(precision) if src is not None else None
-    flops = inp.flops_per_sample * batch_size if inp.flops_per_sample else None
+    per_sample = inp.flops_per_sample
+    if not per_sample and peak_s is None and inp.model:
+        from scalelab.workload import WorkloadSpec, describe
+
+        spec = WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
+                            num_classes=inp.num_classes)
+        per_sample = describe(spec, flops=True).flops_per_sample
+    flops = per_sample * batch_size if per_sample else None
     src_name = src.name if src is not None else repr(inp.device)
     if peak_s is not None:
         e = flops / (step_s * peak_s) if flops else None

@@ -1,0 +1,269 @@
+"""``scalelab plan``: predict data-parallel training at every scale and recommend a setup."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from scalelab.cli import HelpFormatter
+from scalelab.cli._common import console, err_console, positive_int
+
+EPILOG = """examples:
+  scalelab plan --profile profile.json --cluster examples/cluster-4x8-a100-100gbe.toml
+  scalelab plan --workload examples/workload.toml --cluster examples/cluster-16x-10gbe-ps.toml
+  scalelab plan --workload examples/workload.toml --nodes 8 --network 10GbE --ps auto \\
+      --plot plan.png
+  scalelab plan --profile profile.json --device H100-SXM --nodes 4 --gpus-per-node 8 \\
+      --network IB-NDR --architecture allreduce --target-efficiency 0.9 --json
+
+Command-line options override the cluster file, which overrides the defaults.
+A named network counts at its per-direction payload rate (scalelab hardware show NAME);
+--network-gbps X is X Gb/s of payload (1 Gb/s = 125e6 bytes/s).
+"""
+
+PLOT_NETWORKS = ("1GbE", "10GbE", "100GbE")
+
+
+def _fraction(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _ps(text: str):
+    if text == "auto":
+        return "auto"
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ps takes 'auto' or an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"--ps must be >= 1, got {v}")
+    return v
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="predict speedup at every scale and recommend a configuration",
+        description="Amdahl's-law model of data parallelism from one device's profile: "
+                    "sweep over device counts for parameter servers, ring and hierarchical "
+                    "all-reduce, with the bottleneck of each, and recommendations with reasons.",
+        epilog=EPILOG, formatter_class=HelpFormatter,
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--profile", metavar="FILE", help="profile.json from scalelab profile")
+    src.add_argument("--workload", metavar="FILE",
+                     help="workload.toml: step_s measured at batch_size, model or param_bytes")
+    p.add_argument("--cluster", metavar="FILE", help="cluster.toml (see examples/)")
+    p.add_argument("--nodes", type=_fraction_int, metavar="N")
+    p.add_argument("--gpus-per-node", type=_fraction_int, metavar="N")
+    p.add_argument("--device", metavar="NAME", help="target device (scalelab hardware list)")
+    p.add_argument("--intra-node", metavar="LINK", help="nvlink2|nvlink3|nvlink4|pcie3|pcie4|pcie5")
+    p.add_argument("--intra-node-gbps", type=_fraction, metavar="X")
+    net = p.add_mutually_exclusive_group()
+    net.add_argument("--network", metavar="NAME", help="per-node NIC: 10GbE, 100GbE, IB-FDR, ...")
+    net.add_argument("--network-gbps", type=_fraction, metavar="X",
+                     help="per-node NIC payload rate in Gb/s")
+    psn = p.add_mutually_exclusive_group()
+    psn.add_argument("--ps-network", metavar="NAME", help="dedicated servers' NIC")
+    psn.add_argument("--ps-network-gbps", type=_fraction, metavar="X")
+    p.add_argument("--architecture", choices=["ps", "allreduce", "hierarchical"])
+    p.add_argument("--ps", type=_ps, metavar="auto|N", help="parameter servers (default auto)")
+    p.add_argument("--ps-placement", choices=["dedicated", "colocated"])
+    p.add_argument("--ps-partition", choices=["balanced", "tensor"],
+                   help="even chunks (balanced) or whole tensors placed greedily (tensor)")
+    p.add_argument("--local-aggregation", action=argparse.BooleanOptionalAction, default=None,
+                   help="ps: reduce inside each node before pushing (default on)")
+    p.add_argument("--full-duplex", action=argparse.BooleanOptionalAction, default=None,
+                   help="ps: pipelined pushes and pulls (default push-then-pull)")
+    p.add_argument("--overlap", type=_fraction, metavar="0..1",
+                   help="fraction of the exchange hidden behind backward")
+    p.add_argument("--latency-s", type=_fraction, metavar="S", help="per-message latency")
+    p.add_argument("--price-per-gpu-hour", type=_fraction, metavar="X")
+    p.add_argument("--target-efficiency", type=_fraction, default=0.8, metavar="E",
+                   help="efficiency to keep, in (0, 1] (default 0.8)")
+    p.add_argument("--max-gpus", type=positive_int, metavar="N",
+                   help="largest device count in the sweep (default: the cluster's size)")
+    p.add_argument("--batch-size", type=positive_int, metavar="B",
+                   help="per-device batch (default: the profile's recommendation)")
+    p.add_argument("--loader-workers", type=int, metavar="L",
+                   help="input loader processes per device (default: as many as needed)")
+    p.add_argument("--mfu", type=_fraction, default=None, metavar="E",
+                   help="assumed efficiency on the target when the profiled device's peak is "
+                        "unknown (default 0.4)")
+    p.add_argument("--calibration", metavar="FILE", help="scalelab.calibration/1 model params")
+    p.add_argument("--out", default="plan.json", metavar="FILE", help="(default plan.json)")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="speedup and efficiency vs devices per architecture and network")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="print only the recommendation line")
+    p.set_defaults(func=run)
+
+
+def _fraction_int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+
+
+def build_plan(args):
+    """The plan the command line asks for (a Plan from scalelab.planner)."""
+    from scalelab import planner
+
+    inp = (planner.load_profile(args.profile) if args.profile
+           else planner.load_workload(args.workload))
+    overrides = {
+        "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "device": args.device,
+        "intra_node": args.intra_node, "intra_node_gbps": args.intra_node_gbps,
+        "network": args.network, "network_gbps": args.network_gbps,
+        "ps_network": args.ps_network, "ps_network_gbps": args.ps_network_gbps,
+        "architecture": args.architecture, "ps": args.ps, "ps_placement": args.ps_placement,
+        "ps_partition": args.ps_partition, "local_aggregation": args.local_aggregation,
+        "full_duplex": args.full_duplex, "overlap": args.overlap, "latency_s": args.latency_s,
+        "price_per_gpu_hour": args.price_per_gpu_hour,
+    }
+    cluster = planner.load_cluster(args.cluster, overrides)
+    params = planner.load_calibration(args.calibration) if args.calibration else None
+    options = planner.PlanOptions(
+        target_efficiency=args.target_efficiency, max_gpus=args.max_gpus,
+        batch_size=args.batch_size, loader_workers=args.loader_workers, params=params,
+        **({"default_mfu": args.mfu} if args.mfu is not None else {}),
+    )
+    return inp, cluster, planner.plan(inp, cluster, options)
+
+
+def _table(plan) -> Table:
+    rows = plan.sweep
+    max_g = max(r.gpus for r in rows)
+    keep = {1, max_g} | {2 ** k for k in range(20)} | {plan.recommendation.gpus}
+    t = Table(title=f"predicted data-parallel scaling (per-device batch "
+                    f"{plan.recommendation.batch_size})" + (" [estimate]" if plan.estimate else ""))
+    for col in ("architecture", "GPUs", "nodes", "PS", "compute", "comm", "io", "step",
+                "samples/s", "speedup", "eff", "bottleneck"):
+        t.add_column(col, justify="left" if col in ("architecture", "bottleneck") else "right")
+    last = None
+    for r in rows:
+        if r.gpus not in keep:
+            continue
+        if last is not None and r.architecture != last:
+            t.add_section()
+        last = r.architecture
+        t.add_row(r.architecture, str(r.gpus), str(r.nodes), str(r.num_ps or "-"),
+                  f"{r.compute_s * 1e3:.1f}ms", f"{r.comm_s * 1e3:.1f}ms",
+                  f"{r.io_s * 1e3:.1f}ms", f"{r.step_s * 1e3:.1f}ms",
+                  f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}", f"{r.efficiency:.2f}",
+                  r.bottleneck)
+    return t
+
+
+def _summary(plan) -> str:
+    r = plan.recommendation
+    target = plan.inputs["options"]["target_efficiency"]
+    max_g = plan.inputs["options"]["max_gpus"]
+    need = (f"{max_g} devices at efficiency {target:g} need "
+            f"{r.network_gbps_needed:.3g} Gb/s per node")
+    if r.gpus == 1 and max_g > 1:
+        return (f"recommend 1 GPU at batch {r.batch_size}: no multi-device configuration "
+                f"keeps efficiency >= {target:g} on this network; {need}")
+    ps = f", {r.num_ps} parameter servers (min {r.num_ps_min})" if r.architecture == "ps" else ""
+    return (f"recommend {r.architecture} on {r.gpus} GPUs at batch {r.batch_size}{ps}: "
+            f"{r.samples_per_s:,.0f} samples/s, efficiency {r.efficiency:.2f}; {need}")
+
+
+def plot_plan(plan, inp, cluster, path) -> None:
+    """Speedup and efficiency against device count, per architecture and network."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from scalelab import planner
+    from scalelab.results import write_text_atomic
+
+    compute_s = plan.inputs["compute_s"]
+    work = planner.StepWorkload(inp.param_bytes, compute_s, plan.inputs["io_s"],
+                                inp.tensor_bytes)
+    max_g = plan.inputs["options"]["max_gpus"]
+    counts = sorted({r.gpus for r in plan.sweep})
+    batch = plan.recommendation.batch_size
+    archs = plan.inputs["options"]["architectures"]
+    target = plan.inputs["options"]["target_efficiency"]
+    series = {cluster.network_label(): [r for r in plan.sweep]}
+    for name in PLOT_NETWORKS:
+        if name == cluster.network:
+            continue
+        series[name] = planner.network_sweep(work, cluster, [name], counts, batch, archs,
+                                             plan.params, target)
+    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(11, 4.2))
+    styles = {"ps": "-", "allreduce": "--", "hierarchical": ":"}
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (net, rows) in enumerate(series.items()):
+        for a in archs:
+            rs = [r for r in rows if r.architecture == a]
+            label = f"{a}, {net}" + (" (cluster)" if i == 0 else "")
+            kw = {"color": colors[i % len(colors)], "linestyle": styles[a],
+                  "linewidth": 2.2 if i == 0 else 1.2}
+            ax_s.plot([r.gpus for r in rs], [r.speedup for r in rs], label=label, **kw)
+            ax_e.plot([r.gpus for r in rs], [r.efficiency for r in rs], **kw)
+    ax_s.plot([1, max_g], [1, max_g], color="grey", linewidth=0.8, label="linear")
+    ax_e.axhline(target, color="grey", linewidth=0.8, linestyle="-.")
+    ax_e.text(1, target, f" target {target:g}", va="bottom", fontsize=8, color="grey")
+    for ax, name in ((ax_s, "speedup"), (ax_e, "efficiency")):
+        ax.set_xlabel("devices (GPUs)")
+        ax.set_ylabel(name)
+        if max_g >= 16:
+            ax.set_xscale("log", base=2)
+        ax.grid(True, alpha=0.3)
+    ax_e.set_ylim(0, 1.05)
+    title = f"{inp.model or 'workload'}: batch {batch}/device, T_C {compute_s * 1e3:.1f} ms"
+    fig.suptitle(title + (" (estimate)" if plan.estimate else ""))
+    ax_s.legend(fontsize=7, ncol=1, loc="upper left")
+    fig.tight_layout()
+    import io as _io
+
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    write_text_atomic(path, buf.getvalue())
+
+
+def run(args) -> int:
+    from scalelab.results import write_json
+
+    inp, cluster, plan = build_plan(args)
+    data = plan.to_dict()
+    write_json(args.out, "plan", data)
+    if args.plot:
+        plot_plan(plan, inp, cluster, args.plot)
+    if args.json:
+        print(json.dumps(_nulls(data), indent=2))
+        return 0
+    if args.quiet:
+        console.print(_summary(plan), soft_wrap=True)
+        return 0
+    out = console if console.is_terminal else Console(width=120)
+    out.print(_table(plan))
+    out.print(_summary(plan), soft_wrap=True, highlight=False)
+    for reason in plan.recommendation.reasons:
+        out.print(f"  - {reason}", soft_wrap=True, highlight=False)
+    for w in plan.warnings:
+        err_console.print(f"warning: {w}", soft_wrap=True, highlight=False)
+    console.print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))
+    return 0
+
+
+def _nulls(obj):
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _nulls(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_nulls(v) for v in obj]
+    return obj
