@@ -1,0 +1,71 @@
+"""Bad input to the runner: one line on stderr, exit 2, nothing started."""
+
+import pytest
+
+from scalelab.cli import main
+from scalelab.errors import UsageError
+from scalelab.runner import RunConfig
+from scalelab.workload import WorkloadSpec
+
+SPEC = WorkloadSpec("tests.toy_models:mlp", input_shape=(6,), num_classes=3)
+BASE = ["run", "tests.toy_models:mlp", "--input-shape", "6", "--num-classes", "3", "--quiet"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--workers", "2", "--ps", "0"], "--ps must be >= 1"),
+    (["--workers", "0"], "--workers must be >= 1"),
+    (["--workers", "2", "--ps", "1", "--colocate"], "--ps must equal --workers"),
+    (["--workers", "2", "--architecture", "allreduce", "--mode", "async"], "synchronous"),
+    (["--workers", "2", "--mode", "async", "--checkpoint-dir", "d"], "need --mode sync"),
+    (["--workers", "2", "--resume"], "need --checkpoint-dir"),
+    (["--workers", "2", "--timeout", "0"], "--timeout must be > 0"),
+    (["--workers", "2", "--data", "/nonexistent/images"], "not a folder"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
+    code = main([*BASE, *args, "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_torchrun_world_size_must_match_the_roles(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "5")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    code = main([*BASE, "--workers", "2", "--ps", "1", "--launcher", "torchrun",
+                 "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "world size 5 does not match the roles" in err[0], err
+
+
+def test_torchrun_launcher_outside_torchrun(monkeypatch, capsys, tmp_path):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    code = main([*BASE, "--workers", "2", "--launcher", "torchrun",
+                 "--out", str(tmp_path / "r.json")])
+    assert code == 2
+    assert "needs torchrun's environment" in capsys.readouterr().err
+
+
+def test_roles_and_hosts():
+    cfg = RunConfig(workload=SPEC, workers=3, ps=2)
+    assert cfg.world_size == 5
+    assert [cfg.role_of(r) for r in range(5)] == [
+        ("worker", 0), ("worker", 1), ("worker", 2), ("server", 0), ("server", 1)]
+    assert cfg.server_rank(1) == 4 and cfg.worker_rank(2) == 2
+    co = RunConfig(workload=SPEC, workers=2, colocate=True)
+    assert co.ps == 2
+    assert [co.role_of(r) for r in range(4)] == [
+        ("worker", 0), ("server", 0), ("worker", 1), ("server", 1)]
+    assert [co.host_of(r) for r in range(4)] == [0, 0, 1, 1] and co.num_hosts == 2
+    ddp = RunConfig(workload=SPEC, workers=4, architecture="allreduce")
+    assert ddp.ps == 0 and ddp.world_size == 4
+    assert RunConfig.from_dict(co.to_dict()) == co
+
+
+def test_config_errors_are_usage_errors():
+    with pytest.raises(UsageError, match="--batch-size"):
+        RunConfig(workload=SPEC, workers=2, batch_size=0)
+    with pytest.raises(UsageError, match="makes no sense"):
+        RunConfig(workload=SPEC, workers=2, ps=2, architecture="allreduce")
