@@ -24,6 +24,9 @@ def test_even_chunks_are_balanced(alexnet_tensors):
         assert bal.effective_servers == pytest.approx(n, rel=1e-6)
     loads = sharding.even_chunks(10, 3)
     assert loads == (4, 3, 3)
+    for total, n in ((10, 3), (12, 4), (7, 7), (5, 9)):
+        assert sharding.even_chunk_balance(total, n) == sharding.shard_balance(
+            sharding.even_chunks(total, n))
 
 
 def test_greedy_places_largest_first():

@@ -71,10 +71,24 @@ def shard_balance(loads: Sequence[int]) -> ShardBalance:
     return ShardBalance(big, min(loads) / total, 1.0 / big, len(loads))
 
 
+def even_chunk_balance(total_bytes: int, num_servers: int) -> ShardBalance:
+    """:func:`shard_balance` of :func:`even_chunks` without building the shards.
+
+    The largest piece holds ``ceil(S_p / N)`` bytes and the smallest ``floor(S_p / N)``.
+    """
+    _check(num_servers)
+    total = int(total_bytes)
+    if total <= 0:
+        raise ValueError("shards hold no bytes")
+    q, r = divmod(total, num_servers)
+    big = (q + (1 if r else 0)) / total
+    return ShardBalance(big, q / total, 1.0 / big, num_servers)
+
+
 def placement(tensor_bytes: Sequence[int], num_servers: int, policy: str) -> ShardBalance:
     """Shard balance of ``policy`` ('balanced' even chunks or 'tensor' whole tensors)."""
     if policy == EVEN_CHUNKS:
-        return shard_balance(even_chunks(sum(tensor_bytes), num_servers))
+        return even_chunk_balance(sum(tensor_bytes), num_servers)
     if policy == WHOLE_TENSOR:
         return shard_balance(greedy_whole_tensor(tensor_bytes, num_servers))
     raise ValueError(f"unknown placement policy {policy!r} (balanced or tensor)")
