@@ -992,7 +992,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
 
     # Parameter servers (for the parameter-server configuration at the recommended scale).
     ps_sw = _Sweeper(work, cluster, params, "ps", target_efficiency=target)
-    ps_g = g if g > 1 else max_gpus
+    # At the recommended scale when that is a parameter-server setup, else at the full size.
+    ps_g = g if (chosen == "ps" and g > 1) else max_gpus
     n_w = ps_sw.senders(ps_g)
     num_ps_min, num_ps = ps_sw.servers(ps_g) if ps_g > 1 else (0, 0)
     b_ps = ps_sw.ps_Bps * params.bandwidth_efficiency
