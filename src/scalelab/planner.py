@@ -973,6 +973,12 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
             f"T_C/T = {_fmt_s(rec_row.compute_s)}/{_fmt_s(rec_row.step_s)} = "
             f"{rec_row.efficiency:.3f} >= target {target:g} (R_O = {r_o:.3f}); "
             f"{rec_row.samples_per_s:,.0f} samples/s, speedup {rec_row.speedup:.2f}")
+        if g < max_gpus:
+            nxt = all_rows[chosen][g]
+            reasons.append(
+                f"gpus {g + 1} would fall to efficiency {nxt.efficiency:.3f} < {target:g} "
+                f"(step {_fmt_s(nxt.step_s)}: compute {_fmt_s(nxt.compute_s)}, exchange "
+                f"{_fmt_s(nxt.comm_s)}, input {_fmt_s(nxt.io_s)})")
     else:
         reasons.append(
             f"gpus 1: even one device misses the target efficiency {target:g} "
