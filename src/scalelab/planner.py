@@ -121,7 +121,7 @@ class StepWorkload:
         object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class StepPrediction:
     compute_s: float
     push_s: float
@@ -148,7 +148,7 @@ def _balance(tensor_bytes: tuple[int, ...], param_bytes: float, num_ps: int,
             raise UsageError("partition 'tensor' needs the model's tensor sizes "
                              "(a profile, or a workload file naming the model)")
         return sharding.placement(tensor_bytes, num_ps, partition)
-    return sharding.shard_balance(sharding.even_chunks(int(param_bytes), num_ps))
+    return sharding.even_chunk_balance(int(param_bytes), num_ps)
 
 
 def predict_step(
@@ -647,7 +647,7 @@ class PlanOptions:
                 raise UsageError(f"unknown architecture {a!r} ({', '.join(ARCHITECTURES)})")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SweepRow:
     gpus: int
     nodes: int
