@@ -64,6 +64,7 @@ class Worker:
                 self.by_tensor.setdefault(t, []).append(piece)
         self.pending: dict[int, int] = {}
         self.sends: list = []
+        self.pulls: list = []
         self.capturing = False
         self.hooks = [p.register_post_accumulate_grad_hook(self._hook(t))
                       for t, p in enumerate(self.params)]
@@ -80,23 +81,40 @@ class Worker:
                     self._send(piece)
         return hook
 
+    def _direct(self, piece, tensor: torch.Tensor) -> torch.Tensor | None:
+        """A zero-copy view for a piece that is one contiguous slice of one tensor."""
+        if len(piece.copies) != 1 or not tensor.is_contiguous():
+            return None
+        t, a, b, _ = piece.copies[0]
+        return tensor.view(-1)[a:b]
+
     def _send(self, piece) -> None:
-        buf = self.grad_buf[piece.index]
-        _pack(piece, [p.grad for p in self.params], buf)
+        grad = self.params[piece.copies[0][0]].grad
+        buf = self._direct(piece, grad)
+        if buf is None:
+            buf = self.grad_buf[piece.index]
+            _pack(piece, [p.grad for p in self.params], buf)
+        server = self.cfg.server_rank(piece.server)
         tag = TAG_ASYNC_GRAD if self.async_mode else piece.index
-        self.sends.append((piece, isend(buf, self.cfg.server_rank(piece.server), tag)))
+        self.sends.append((piece, isend(buf, server, tag)))
+        # backward is done with these parameters: their fresh values may land in place
+        self.pulls.append(self._post_pull(piece, piece.index))
+
+    def _post_pull(self, piece, tag: int):
+        target = self._direct(piece, self.params[piece.copies[0][0]].data)
+        buf = self.param_buf[piece.index] if target is None else target
+        return piece, irecv(buf, self.cfg.server_rank(piece.server), tag), target is None
 
     def _post_pulls(self, tag_of):
-        return [(piece, irecv(self.param_buf[piece.index], self.cfg.server_rank(piece.server),
-                              tag_of(piece)))
-                for piece in self.layout.pieces]
+        return [self._post_pull(piece, tag_of(piece)) for piece in self.layout.pieces]
 
     def _finish_pulls(self, pulls, what: str) -> None:
-        for piece, work in pulls:
+        for piece, work, buffered in pulls:
             wait(work, self.cfg.timeout_s,
                  f"{what} piece {piece.index} from server {piece.server} "
                  f"(rank {self.cfg.server_rank(piece.server)})")
-            _unpack(piece, self.param_buf[piece.index], self.params)
+            if buffered:
+                _unpack(piece, self.param_buf[piece.index], self.params)
 
     def initial_pull(self) -> None:
         self._finish_pulls(self._post_pulls(lambda p: p.index), "initial parameters")
@@ -105,9 +123,8 @@ class Worker:
         cfg = self.cfg
         with maybe_phase(timer, "data_s"):
             x, y = self.shards.shard(step, self.k)
-        pulls = self._post_pulls(lambda p: p.index)
         self.pending = {p.index: len(p.tensors) for p in self.layout.pieces}
-        self.sends = []
+        self.sends, self.pulls = [], []
         self.model.zero_grad(set_to_none=True)
         self.capturing = True
         try:
@@ -127,7 +144,7 @@ class Worker:
                 wait(work, cfg.timeout_s, f"the push of piece {piece.index} to server "
                      f"{piece.server} (rank {cfg.server_rank(piece.server)})")
         with maybe_phase(timer, "pull_s"):
-            self._finish_pulls(pulls, "fresh parameters")
+            self._finish_pulls(self.pulls, "fresh parameters")
         nbytes = sum(p.numel for p in self.layout.pieces) * self.elem_bytes
         return {"loss": float(loss.detach()), "bytes_sent": nbytes, "bytes_received": nbytes}
 
@@ -199,10 +216,11 @@ class Server:
                     wait(works[(w, i)], cfg.timeout_s,
                          f"the gradient piece {i} from worker {w} (rank {cfg.worker_rank(w)})")
             with maybe_phase(timer, "apply_s"):
-                g = self.recv[(0, i)].clone()
+                g = self.recv[(0, i)]  # summed in place, in worker order
                 for w in range(1, W):
                     g.add_(self.recv[(w, i)])
-                g.div_(W)
+                if W > 1:
+                    g.div_(W)
                 self.values[i].grad = g
                 self.opts[i].step()
             for w in range(W):
@@ -232,7 +250,7 @@ class Server:
                 src = work._source_rank()
             _, w = cfg.role_of(src)
             with timer.phase("apply_s"):
-                self.values[i].grad = rbuf.clone()
+                self.values[i].grad = rbuf
                 self.opts[i].step()
                 stale = version - sent_version[w]
                 version += 1

@@ -1,0 +1,147 @@
+"""Point-to-point and all-reduce bandwidth of the Gloo transport against message size.
+
+Definitions as in nccl-tests: for point-to-point, bandwidth = bytes / time of one transfer
+(one direction; ``bidir`` sends both ways at once and reports per-direction bandwidth); for
+all-reduce, ``algbw = bytes / time`` and ``busbw = algbw * 2 (N-1) / N``
+(``scalelab.theory.comm.nccl_bus_bandwidth_Bps``), the rate each link must carry.
+
+    python benchmarks/p2p_bandwidth.py --out bench-out/p2p_bandwidth.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from scalelab.results import write_text_atomic
+from scalelab.runner.launch import free_port
+from scalelab.theory.comm import nccl_bus_bandwidth_Bps
+
+
+def _iters(nbytes: int) -> int:
+    return max(3, min(200, int(64e6 // max(nbytes, 1))))
+
+
+def _p2p(rank: int, size: int, bidir: bool) -> float:
+    n = size // 4
+    buf_out, buf_in = torch.ones(n), torch.empty(n)
+    peer = 1 - rank
+    iters = _iters(size)
+    for phase in ("warm", "time"):
+        count = 2 if phase == "warm" else iters
+        dist.barrier()
+        t = time.perf_counter()
+        for _ in range(count):
+            works = []
+            if rank == 0 or bidir:
+                works.append(dist.isend(buf_out, peer, tag=1))
+            if rank == 1 or bidir:
+                works.append(dist.irecv(buf_in, peer, tag=1))
+            for w in works:
+                w.wait()
+        dist.barrier()
+        elapsed = time.perf_counter() - t
+    return elapsed / iters
+
+
+def _allreduce(size: int) -> float:
+    buf = torch.ones(size // 4)
+    iters = _iters(size)
+    for phase in ("warm", "time"):
+        count = 2 if phase == "warm" else iters
+        dist.barrier()
+        t = time.perf_counter()
+        for _ in range(count):
+            dist.all_reduce(buf)
+        dist.barrier()
+        elapsed = time.perf_counter() - t
+    return elapsed / iters
+
+
+def _worker(rank: int, world: int, port: int, sizes: list[int], queue) -> None:
+    torch.set_num_threads(1)
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=120))
+    rows = []
+    for size in sizes:
+        row = {"bytes": size}
+        if world == 2:
+            row["p2p_s"] = _p2p(rank, size, bidir=False)
+            row["bidir_s"] = _p2p(rank, size, bidir=True)
+        row["allreduce_s"] = _allreduce(size)
+        rows.append(row)
+    if rank == 0:
+        queue.put(rows)
+    dist.destroy_process_group()
+
+
+def measure(world: int, sizes: list[int]) -> list[dict]:
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_worker, args=(world, free_port(), sizes, queue), nprocs=world,
+                       start_method="spawn", join=True)
+    return queue.get()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--min-bytes", type=int, default=4096)
+    ap.add_argument("--max-bytes", type=int, default=64 * 2**20)
+    ap.add_argument("--ranks", default="2,4", help="all-reduce member counts (default 2,4)")
+    ap.add_argument("--out", default="bench-out/p2p_bandwidth.json")
+    args = ap.parse_args(argv)
+    sizes, s = [], args.min_bytes
+    while s <= args.max_bytes:
+        sizes.append(s)
+        s *= 4
+    result = {"benchmark": "p2p_bandwidth", "transport": "gloo/tcp loopback",
+              "torch": torch.__version__, "cpus": os.cpu_count(), "p2p": [], "allreduce": {}}
+    print(f"{'bytes':>10} {'p2p GB/s':>9} {'bidir GB/s':>11} {'ar2 algbw':>10} {'ar2 busbw':>10}")
+    for world in [int(x) for x in args.ranks.split(",")]:
+        rows = measure(world, sizes)
+        ar = []
+        for row in rows:
+            t = row["allreduce_s"]
+            ar.append({"bytes": row["bytes"], "time_s": t, "algbw_Bps": row["bytes"] / t,
+                       "busbw_Bps": nccl_bus_bandwidth_Bps(row["bytes"], world, t)})
+            if world == 2:
+                result["p2p"].append({
+                    "bytes": row["bytes"], "time_s": row["p2p_s"],
+                    "bandwidth_Bps": row["bytes"] / row["p2p_s"],
+                    "bidir_time_s": row["bidir_s"],
+                    "bidir_bandwidth_Bps": row["bytes"] / row["bidir_s"]})
+        result["allreduce"][str(world)] = ar
+    by_size = {r["bytes"]: r for r in result["p2p"]}
+    ar2 = {r["bytes"]: r for r in result["allreduce"].get("2", [])}
+    for size in sizes:
+        p, a = by_size.get(size), ar2.get(size)
+        print(f"{size:>10} {p['bandwidth_Bps'] / 1e9 if p else 0:>9.3f} "
+              f"{p['bidir_bandwidth_Bps'] / 1e9 if p else 0:>11.3f} "
+              f"{a['algbw_Bps'] / 1e9 if a else 0:>10.3f} "
+              f"{a['busbw_Bps'] / 1e9 if a else 0:>10.3f}")
+    for world, rows in result["allreduce"].items():
+        big = rows[-1]
+        print(f"all-reduce N={world} at {big['bytes']} B: algbw {big['algbw_Bps'] / 1e9:.3f} GB/s,"
+              f" busbw {big['busbw_Bps'] / 1e9:.3f} GB/s")
+    if result["p2p"]:
+        big = result["p2p"][-1]
+        result["p2p_peak_Bps"] = max(r["bandwidth_Bps"] for r in result["p2p"])
+        result["duplex_ratio"] = big["bidir_bandwidth_Bps"] / big["bandwidth_Bps"]
+        print(f"p2p peak {result['p2p_peak_Bps'] / 1e9:.3f} GB/s; both directions at once "
+              f"keep {result['duplex_ratio']:.2f}x of it per direction at {big['bytes']} B")
+    write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
+    print(f"-> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
