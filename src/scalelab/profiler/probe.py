@@ -1,0 +1,145 @@
+"""One trial of a batch size: time it and see whether its peak memory fits the budget.
+
+On CPU trials run in a separate trial process (:mod:`scalelab.profiler.worker`) watched by
+this one: a trial process whose resident memory passes the budget is killed, and one that
+dies (the kernel's out-of-memory killer, an allocation failure) means "does not fit". The
+tool itself never runs out of memory. The trial process is started once and reused; after
+a kill the next trial starts a new one. On CUDA trials run in this process and
+``torch.cuda.OutOfMemoryError`` means "does not fit".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from scalelab.profiler.memory import resident_bytes
+from scalelab.profiler.timing import StepTiming, time_steps
+from scalelab.workload import WorkloadSpec
+
+
+@dataclass(frozen=True)
+class Trial:
+    batch_size: int
+    algorithm: str
+    fits: bool
+    timing: StepTiming | None
+    peak_memory_bytes: int | None
+    reason: str = ""
+
+
+def _verdict(timing: StepTiming, budget_bytes: int) -> Trial:
+    fits = timing.peak_memory_bytes <= budget_bytes
+    return Trial(timing.batch_size, timing.algorithm, fits, timing, timing.peak_memory_bytes,
+                 "" if fits else "peak memory above the budget")
+
+
+class TrialRunner:
+    """Runs trials for one workload on one device; ``close()`` ends the trial process."""
+
+    def __init__(self, spec: WorkloadSpec, device: str, budget_bytes: int, seed: int = 0,
+                 timeout_s: float = 900.0):
+        self.spec, self.device, self.budget_bytes = spec, device, budget_bytes
+        self.seed, self.timeout_s = seed, timeout_s
+        self.proc: subprocess.Popen | None = None
+        self.steps_run: list[tuple[int, str, int]] = []  # (batch, algorithm, steps)
+        self._model = None
+
+    def __enter__(self) -> TrialRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.stdin.close()
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self.proc = None
+
+    def run(self, batch_size: int, algorithm: str = "default", warmup: int = 1,
+            steps: int = 3) -> Trial:
+        self.steps_run.append((batch_size, algorithm, warmup + steps))
+        if self.device == "cuda":
+            return self._in_process(batch_size, algorithm, warmup, steps)
+        return self._in_worker(batch_size, algorithm, warmup, steps)
+
+    def _in_process(self, batch_size, algorithm, warmup, steps) -> Trial:
+        if self._model is None:
+            self._model = self.spec.build_model(seed=self.seed)
+        model = self._model.to(memory_format=torch.contiguous_format)
+        try:
+            timing = time_steps(self.spec, model, batch_size, "cuda", algorithm, warmup, steps,
+                                self.seed)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return Trial(batch_size, algorithm, False, None, None, "CUDA out of memory")
+        torch.cuda.empty_cache()
+        return _verdict(timing, self.budget_bytes)
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
+        return subprocess.Popen(
+            [sys.executable, "-m", "scalelab.profiler.worker"], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, bufsize=1,
+        )
+
+    def _in_worker(self, batch_size, algorithm, warmup, steps) -> Trial:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+        proc = self.proc
+        req = {"spec": self.spec.to_dict(), "batch_size": batch_size, "algorithm": algorithm,
+               "warmup": warmup, "steps": steps, "seed": self.seed, "device": "cpu",
+               "threads": torch.get_num_threads()}
+        proc.stdin.write(json.dumps(req) + "\n")
+        proc.stdin.flush()
+        deadline = time.monotonic() + self.timeout_s
+        line = ""
+        while not line:
+            ready, _, _ = select.select([proc.stdout], [], [], 0.02)
+            if ready:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                continue
+            rss = resident_bytes(proc.pid)
+            if rss is not None and rss > self.budget_bytes:
+                self._kill()
+                return Trial(batch_size, algorithm, False, None, rss,
+                             "resident memory passed the budget")
+            if time.monotonic() > deadline:
+                self._kill()
+                raise TimeoutError(f"batch {batch_size} ({algorithm}) took longer than "
+                                   f"{self.timeout_s:.0f} s")
+        if not line:
+            code = proc.wait()
+            err = proc.stderr.read().strip().splitlines()[-1:] if proc.stderr else []
+            self.proc = None
+            if code < 0:
+                return Trial(batch_size, algorithm, False, None, None,
+                             f"the trial process died (signal {-code})")
+            raise RuntimeError(f"the trial process exited with {code}: {' '.join(err)}")
+        msg = json.loads(line)
+        if "oom" in msg:
+            return Trial(batch_size, algorithm, False, None, None, "out of memory")
+        if "error" in msg:
+            raise RuntimeError(f"batch {batch_size} ({algorithm}): {msg['error']}")
+        return _verdict(StepTiming(**msg["timing"]), self.budget_bytes)
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None

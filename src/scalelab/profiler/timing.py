@@ -1,0 +1,130 @@
+"""The step timer: forward, backward, optimizer step and whole step of a training step.
+
+Measured like a benchmark: warm-up steps are discarded, the device is synchronized around
+every phase, and the median and spread of the timed steps are reported. On CUDA the phases
+are timed with CUDA events and peak memory is ``torch.cuda.max_memory_allocated``; on CPU
+with ``time.perf_counter`` and the process's peak resident memory (``VmHWM``, reset before
+the timed steps through ``/proc/self/clear_refs``). The same code path serves both.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from scalelab.profiler import algorithms
+from scalelab.profiler.memory import peak_memory_bytes, reset_peak_memory
+from scalelab.workload import WorkloadSpec, logits_of
+
+PHASES = ("forward_s", "backward_s", "optimizer_s", "step_s")
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Medians (seconds) over the timed steps, with the spread (max - min) of each phase."""
+
+    batch_size: int
+    algorithm: str
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    step_s: float
+    forward_s_spread: float
+    backward_s_spread: float
+    optimizer_s_spread: float
+    step_s_spread: float
+    samples_per_s: float
+    peak_memory_bytes: int
+    warmup_steps: int
+    timed_steps: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Clock:
+    """Wall-clock marks on CPU, CUDA events on GPU; ``elapsed`` synchronizes."""
+
+    def __init__(self, device: str):
+        self.cuda = device == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def elapsed(self, a, b) -> float:
+        if self.cuda:
+            b.synchronize()
+            return a.elapsed_time(b) / 1e3
+        return b - a
+
+
+def time_steps(
+    spec: WorkloadSpec,
+    model: torch.nn.Module,
+    batch_size: int,
+    device: str = "cpu",
+    algorithm: str = "default",
+    warmup: int = 1,
+    steps: int = 3,
+    seed: int = 0,
+) -> StepTiming:
+    """Train ``model`` for ``warmup + steps`` steps at ``batch_size`` and time the last ones."""
+    if steps < 1 or warmup < 0:
+        raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps}, {warmup}")
+    model = model.to(device).train()
+    x, y = spec.synthetic_batch(batch_size, seed=seed, device=device)
+    model, x = algorithms.prepare(algorithm, model, x)
+    optimizer = spec.make_optimizer(model.parameters())
+    loss_fn = spec.loss_fn()
+    clock = _Clock(device)
+    samples: dict[str, list[float]] = {p: [] for p in PHASES}
+    with algorithms.backend_flags(algorithm):
+        for i in range(warmup + steps):
+            if i == warmup:
+                reset_peak_memory(device)
+            t0 = clock.mark()
+            optimizer.zero_grad(set_to_none=True)
+            with algorithms.autocast(algorithm, device):
+                loss = loss_fn(logits_of(model(x)), y)
+            t1 = clock.mark()
+            loss.backward()
+            t2 = clock.mark()
+            optimizer.step()
+            t3 = clock.mark()
+            if i >= warmup:
+                samples["forward_s"].append(clock.elapsed(t0, t1))
+                samples["backward_s"].append(clock.elapsed(t1, t2))
+                samples["optimizer_s"].append(clock.elapsed(t2, t3))
+                samples["step_s"].append(clock.elapsed(t0, t3))
+    med = {p: statistics.median(v) for p, v in samples.items()}
+    spread = {f"{p}_spread": max(v) - min(v) for p, v in samples.items()}
+    return StepTiming(
+        batch_size=batch_size, algorithm=algorithm, **med, **spread,
+        samples_per_s=batch_size / med["step_s"], peak_memory_bytes=peak_memory_bytes(device),
+        warmup_steps=warmup, timed_steps=steps,
+    )
+
+
+def measure_steps(
+    spec: WorkloadSpec,
+    batch_size: int,
+    device: str = "cpu",
+    algorithm: str = "default",
+    warmup: int = 2,
+    steps: int = 5,
+    seed: int = 0,
+) -> StepTiming:
+    """Build ``spec``'s model and time its training step in this process.
+
+    The one step timer of scalelab: the profiler, the runner's contention measurement and
+    validation all call it.
+    """
+    model = spec.build_model(seed=seed)
+    return time_steps(spec, model, batch_size, device, algorithm, warmup, steps, seed)
