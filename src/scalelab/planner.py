@@ -895,7 +895,15 @@ def sweep_architecture(work: StepWorkload, cluster: Cluster, params: ModelParams
 
 
 def _fmt_s(t: float) -> str:
-    return f"{t * 1e3:.1f} ms" if t < 1 else f"{t:.2f} s"
+    if t >= 1:
+        return f"{t:.2f} s"
+    if t >= 1e-3 or t == 0:
+        return f"{t * 1e3:.1f} ms"
+    return f"{t * 1e6:.3g} us"
+
+
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n:,.0f} B"
 
 
 def plan(source: PlanInput | str | Path, cluster: Cluster,
@@ -1008,7 +1016,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     if ps_g > 1:
         reasons.append(
             f"num_ps_min {num_ps_min} (parameter servers at {ps_g} devices, N_w = {n_w}): "
-            f"lemma N_ps >= ceil(2 S_p N_w/(B_ps T_C)) = ceil(2 x {s / 1e6:.1f} MB x {n_w}/"
+            f"lemma N_ps >= ceil(2 S_p N_w/(B_ps T_C)) = ceil(2 x {_fmt_bytes(s)} x {n_w}/"
             f"({b_ps * 8 / 1e9:.3g} Gb/s x {_fmt_s(compute_s)}))")
         need_w = sizing.worker_bandwidth_needed_Bps(s, compute_s)
         if not sizing.worker_link_ok(s, b_w, compute_s):
@@ -1059,7 +1067,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
             reasons.append(
                 f"network_gbps_needed {need_gbps:.3g} Gb/s payload per direction for "
                 f"{full_g} devices at efficiency {target:g}: {link_what} = "
-                f"{link_bytes / 1e6:.1f} MB within T_C (1/alpha - 1)/(1 - o) = "
+                f"{_fmt_bytes(link_bytes)} within T_C (1/alpha - 1)/(1 - o) = "
                 f"{_fmt_s(allowed)} (cluster has {cluster.network_Bps() * 8 / 1e9:.3g} Gb/s)")
         else:
             reasons.append(f"network_gbps_needed: no bandwidth reaches efficiency {target:g} "
