@@ -363,3 +363,16 @@ def test_sweep_uses_predict_step():
     assert row.step_s == pytest.approx(direct.step_s)
     assert row.nodes == 3 and row.num_ps == 2
     assert dataclasses.is_dataclass(p) and not math.isnan(row.efficiency)
+
+
+def test_batch_that_does_not_fit_the_target_gpu_warns(tmp_path):
+    from tests.toy_plan import profile_dict
+
+    d = profile_dict(step_s=0.3, batch=32, device="cuda", device_name="NVIDIA A100-SXM4-80GB")
+    d["fit"]["memory_bytes"] = {"intercept": 2 * 2**30, "per_sample": 2**30}  # 34 GiB at 32
+    path = write_json(tmp_path / "p.json", "profile", d)
+    p = plan(load_profile(path), Cluster(device="T4", network="10GbE"))
+    # 0.9 * 16 GiB = 14.4 GiB: (14.4 - 2) / 1 -> batch <= 12
+    assert any("use batch <= 12" in w for w in p.warnings)
+    ok = plan(load_profile(path), Cluster(device="H100-SXM", network="10GbE"))
+    assert not any("GiB" in w for w in ok.warnings)

@@ -301,6 +301,7 @@ class PlanInput:
     io_s: float = 0.0  # exposed input time as given (workload files)
     batches: tuple[tuple[int, float], ...] = ()
     fit_step_s: tuple[float, float] | None = None  # intercept, per_sample
+    fit_memory_bytes: tuple[float, float] | None = None  # intercept, per_sample
     max_batch_size: int | None = None
     path: str | None = None
     input_shape: tuple[int, ...] = (3, 224, 224)
@@ -385,6 +386,10 @@ def load_profile(path: str | Path) -> PlanInput:
     fit_pair = None
     if isinstance(fit_step, dict) and fit_step.get("per_sample") is not None:
         fit_pair = (float(fit_step.get("intercept") or 0.0), float(fit_step["per_sample"]))
+    fit_mem = fit.get("memory_bytes") if isinstance(fit, dict) else None
+    mem_pair = None
+    if isinstance(fit_mem, dict) and fit_mem.get("per_sample") is not None:
+        mem_pair = (float(fit_mem.get("intercept") or 0.0), float(fit_mem["per_sample"]))
     io = data.get("io") or {}
     load = io.get("load_s_per_batch") if isinstance(io, dict) else None
     device = env.get("device_name") or env.get("device")
@@ -398,7 +403,7 @@ def load_profile(path: str | Path) -> PlanInput:
         tensor_bytes=tuple(int(b) for b in wl.get("tensor_bytes") or ()),
         flops_per_sample=_num(wl, "flops_per_sample", where, required=False) or None,
         device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
-        batches=batches, fit_step_s=fit_pair,
+        batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
         max_batch_size=data.get("max_batch_size"), path=where,
     )
 
@@ -783,6 +788,31 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
     return TargetCompute(t, True, (how,), tuple(warnings))
 
 
+def _memory_check(inp: PlanInput, batch_size: int, cluster: Cluster) -> str | None:
+    """A warning when the profile's memory fit says the batch won't fit the target device.
+
+    Only for a profile measured on a GPU (a CPU's resident memory includes the framework and
+    says little about device memory). Fit: memory = intercept + per_sample * b; the largest
+    batch within 90% of the target's memory is (0.9 M - intercept) / per_sample.
+    """
+    if cluster.device is None or inp.fit_memory_bytes is None:
+        return None
+    src = hardware.match_device(inp.device)
+    target = hardware.device(cluster.device)
+    if src is None or src.memory_bytes is None or target.memory_bytes is None \
+            or src.name == target.name:
+        return None
+    intercept, per_sample = inp.fit_memory_bytes
+    need = intercept + per_sample * batch_size
+    budget = 0.9 * target.memory_bytes
+    if need <= budget or per_sample <= 0:
+        return None
+    largest = int((budget - intercept) // per_sample)
+    return (f"batch {batch_size} needs about {need / 2**30:.1f} GiB by the profile's memory fit, "
+            f"more than 90% of the {target.name}'s {target.memory_bytes / 2**30:.0f} GiB: "
+            + (f"use batch <= {largest}" if largest >= 1 else "the model does not fit"))
+
+
 def _device_counts(max_gpus: int, gpus_per_node: int) -> list[int]:
     """Rows written to the plan: every count up to 64, then powers of two, node multiples."""
     if max_gpus <= 256:
@@ -1095,6 +1125,10 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
                 f"cost: {rec_row.cost_per_1k_samples:.4g} per 1,000 samples at {g} devices "
                 f"(price x G / samples_per_s); cheapest meeting the target at its largest "
                 f"scale: {c.architecture} on {c.gpus} ({c.cost_per_1k_samples:.4g})")
+
+    memory_note = _memory_check(inp, batch, cluster)
+    if memory_note:
+        warnings.append(memory_note)
 
     global_batch = g * batch
     if global_batch > LARGE_BATCH:
