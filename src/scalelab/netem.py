@@ -287,28 +287,50 @@ def measure_link(net: EmulatedNetwork, seconds: float = 1.0, pings: int = 20) ->
     """
     if len(net.hosts) < 2:
         raise UsageError("measuring a link needs at least two emulated hosts")
-    a, b = net.hosts[0], net.hosts[1]
-    port = 29400
+    out = _probe(net.exec_prefix(0), net.exec_prefix(1), net.hosts[1].ip, seconds, pings,
+                 f"{net.hosts[0].ip} -> {net.hosts[1].ip}")
+    return {"rate_bps": net.rate_bps, **out}
+
+
+def measure_loopback(seconds: float = 1.0, pings: int = 20) -> dict:
+    """The same probe between two processes over 127.0.0.1 (no emulated network)."""
+    return {"rate_bps": None, **_probe([], [], "127.0.0.1", seconds, pings, "loopback")}
+
+
+def _free_port(ip: str) -> int:
+    with socket.socket() as s:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+
+
+def _probe(client_prefix: list[str], server_prefix: list[str], ip: str, seconds: float,
+           pings: int, what: str) -> dict:
+    if not 0 < seconds <= 60 or not 1 <= pings <= 10_000:
+        raise UsageError(f"link probe: seconds in (0, 60] and pings in [1, 10000], got "
+                         f"{seconds}, {pings}")
+    port = _free_port("127.0.0.1") if not server_prefix else 29400
     py = [sys.executable, "-m", "scalelab.netem"]
-    server = subprocess.Popen(net.exec_prefix(1) + py + ["--serve", b.ip, str(port), str(pings)],
+    server = subprocess.Popen(server_prefix + py + ["--serve", ip, str(port), str(pings)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        client = subprocess.run(net.exec_prefix(0) + py + ["--send", b.ip, str(port), str(pings),
-                                                           str(seconds)],
+        client = subprocess.run(client_prefix + py + ["--send", ip, str(port), str(pings),
+                                                      str(seconds)],
                                 capture_output=True, text=True, timeout=seconds + 30)
         out, err = server.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        raise RunFailure(f"netem: link probe {what} did not finish in time") from None
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
     if client.returncode != 0 or server.returncode != 0:
-        raise RunFailure(f"netem: link probe {a.ip} -> {b.ip} failed: "
+        raise RunFailure(f"netem: link probe {what} failed: "
                          f"{(client.stderr or err).strip().splitlines()[-1:]}")
     stream = json.loads(out.strip().splitlines()[-1])
     ping = json.loads(client.stdout.strip().splitlines()[-1])
     bandwidth = stream["bytes"] / stream["seconds"] if stream["seconds"] > 0 else 0.0
-    return {"rate_bps": net.rate_bps, "bandwidth_Bps": bandwidth,
-            "latency_s": ping["rtt_s"] / 2, "probe_seconds": seconds}
+    return {"bandwidth_Bps": bandwidth, "latency_s": ping["rtt_s"] / 2,
+            "probe_seconds": seconds}
 
 
 def _main(argv: list[str]) -> int:
