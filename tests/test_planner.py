@@ -376,3 +376,17 @@ def test_batch_that_does_not_fit_the_target_gpu_warns(tmp_path):
     assert any("use batch <= 12" in w for w in p.warnings)
     ok = plan(load_profile(path), Cluster(device="H100-SXM", network="10GbE"))
     assert not any("GiB" in w for w in ok.warnings)
+
+
+def test_single_node_is_limited_by_its_device_link():
+    inp = workload_from_dict({"param_bytes": 1_000 * MB, "batch_size": 32, "step_s": 0.05})
+    p = plan(inp, Cluster(gpus_per_node=8, intra_node="pcie3", network="10GbE",
+                          architecture="allreduce"))
+    top = next(r for r in p.sweep if r.gpus == 8 and r.architecture == "allreduce")
+    assert top.bottleneck == "intra-node"
+    assert top.comm_s == pytest.approx(2 * 7 / 8 * 1e9 / 15.75e9)
+    rec = p.recommendation
+    assert rec.network_gbps_needed == 0.0
+    # 2*7/8 * 1 GB within 0.05 * (1/0.8 - 1) = 12.5 ms: 140 GB/s = 1120 Gb/s
+    assert rec.intra_node_gbps_needed == pytest.approx(1120, rel=1e-6)
+    assert any("intra-node link too slow" in r for r in rec.reasons)

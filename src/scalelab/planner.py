@@ -686,6 +686,7 @@ class Recommendation:
     network_gbps_needed: float
     loader_workers: int
     reasons: tuple[str, ...]
+    intra_node_gbps_needed: float = 0.0
     samples_per_s: float = 0.0
     efficiency: float = 1.0
     cost_per_1k_samples: float | None = None
@@ -1104,6 +1105,20 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
                            f"(the target leaves no time for the exchange)")
     else:
         need_gbps = 0.0
+    # The in-node link: a ring over the node's devices moves 2 (g-1)/g S_p per device.
+    g_node = min(cluster.gpus_per_node, full_g)
+    intra_need_gbps = 0.0
+    if g_node > 1:
+        intra_bytes = 2.0 * (g_node - 1) / g_node * s
+        intra_need = sizing.bandwidth_needed_Bps(intra_bytes, compute_s, target,
+                                                 params.overlap, io_s)
+        intra_need_gbps = intra_need * 8 / 1e9 / params.bandwidth_efficiency
+        intra_has, intra_name = cluster.intra_link()
+        if math.isfinite(intra_need_gbps) and intra_need > intra_has * params.bandwidth_efficiency:
+            reasons.append(
+                f"intra-node link too slow: a ring over {g_node} devices moves "
+                f"{_fmt_bytes(intra_bytes)} per step, needing {intra_need / 1e9:.3g} GB/s "
+                f"within {_fmt_s(allowed)}; {intra_name} has {intra_has / 1e9:.3g} GB/s")
 
     # Loader processes.
     if load:
@@ -1146,6 +1161,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         batch_size=batch, algorithm=inp.algorithm, architecture=chosen, gpus=g,
         num_ps=num_ps, num_ps_min=num_ps_min, network_gbps_needed=need_gbps,
         loader_workers=workers_needed, reasons=tuple(reasons),
+        intra_node_gbps_needed=intra_need_gbps,
         samples_per_s=rec_row.samples_per_s, efficiency=rec_row.efficiency,
         cost_per_1k_samples=rec_row.cost_per_1k_samples, cheapest=cheapest,
     )

@@ -137,6 +137,14 @@ def build_plan(args):
     return inp, cluster, planner.plan(inp, cluster, options)
 
 
+def _t(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    if seconds >= 1e-3 or seconds == 0:
+        return f"{seconds * 1e3:.1f}ms"
+    return f"{seconds * 1e6:.3g}us"
+
+
 def _table(plan) -> Table:
     rows = plan.sweep
     max_g = max(r.gpus for r in rows)
@@ -154,8 +162,7 @@ def _table(plan) -> Table:
             t.add_section()
         last = r.architecture
         t.add_row(r.architecture, str(r.gpus), str(r.nodes), str(r.num_ps or "-"),
-                  f"{r.compute_s * 1e3:.1f}ms", f"{r.comm_s * 1e3:.1f}ms",
-                  f"{r.io_s * 1e3:.1f}ms", f"{r.step_s * 1e3:.1f}ms",
+                  _t(r.compute_s), _t(r.comm_s), _t(r.io_s), _t(r.step_s),
                   f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}", f"{r.efficiency:.2f}",
                   r.bottleneck)
     return t
@@ -165,11 +172,15 @@ def _summary(plan) -> str:
     r = plan.recommendation
     target = plan.inputs["options"]["target_efficiency"]
     max_g = plan.inputs["options"]["max_gpus"]
-    need = (f"{max_g} devices at efficiency {target:g} need "
-            f"{r.network_gbps_needed:.3g} Gb/s per node")
+    if r.network_gbps_needed > 0:
+        need = (f"{max_g} devices at efficiency {target:g} need "
+                f"{r.network_gbps_needed:.3g} Gb/s per node")
+    else:
+        need = (f"one node: no network needed; its device link needs "
+                f"{r.intra_node_gbps_needed / 8:.3g} GB/s for {max_g} devices")
     if r.gpus == 1 and max_g > 1:
         return (f"recommend 1 GPU at batch {r.batch_size}: no multi-device configuration "
-                f"keeps efficiency >= {target:g} on this network; {need}")
+                f"keeps efficiency >= {target:g}; {need}")
     ps = f", {r.num_ps} parameter servers (min {r.num_ps_min})" if r.architecture == "ps" else ""
     return (f"recommend {r.architecture} on {r.gpus} GPUs at batch {r.batch_size}{ps}: "
             f"{r.samples_per_s:,.0f} samples/s, efficiency {r.efficiency:.2f}; {need}")
