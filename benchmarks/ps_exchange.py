@@ -1,11 +1,12 @@
 """Measured parameter-server exchange time per step against the bound 2*S_p*W/(P*B).
 
 B is the measured point-to-point bandwidth of the transport (benchmarks/p2p_bandwidth.py,
-one direction, at the message size the runner uses). The model is one large linear layer
-at batch 1, so the step is almost all exchange. The exchange is the worker's step time less
-its forward+backward time measured alone in this process with the same threads (the push
-starts inside backward, so the runner's own ``compute_s`` would hide part of it); server
-apply is included. Two forms from
+one direction, at the message size the runner uses, best of three; each exchange figure is
+the best of ``--repeat`` runs' medians, since other load on the host only adds time).
+The model is one large linear layer at batch 1, so the step is almost all exchange. The
+exchange is the worker's step time less its forward+backward time measured alone in this
+process with the same threads (the push starts inside backward, so the runner's own
+``compute_s`` would hide part of it); server apply is included. Two forms from
 ``scalelab.theory.comm``:
 
 - half duplex, push then pull (the paper's): ``ps_push_then_pull_s`` = 2*S_p*W/(P*B)
@@ -71,6 +72,7 @@ def main(argv=None) -> int:
                     help="WxP pairs (default 1x1,2x1,2x2)")
     ap.add_argument("--piece-size", type=int, default=2**20, help="message bytes (default 1 MiB)")
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--repeat", type=int, default=2, help="runs per setting, best kept")
     ap.add_argument("--out", default="bench-out/ps_exchange.json")
     args = ap.parse_args(argv)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -79,9 +81,10 @@ def main(argv=None) -> int:
     spec = WorkloadSpec("ps_exchange:big_linear", input_shape=(IN_FEATURES,),
                         num_classes=classes, lr=0.01)
     param_bytes = classes * IN_FEATURES * 4
-    p2p = p2p_bandwidth.measure(2, [args.piece_size])[0]
-    bw = args.piece_size / p2p["p2p_s"]
-    bw_bidir = args.piece_size / p2p["bidir_s"]
+    # best of three: load from elsewhere on the host only ever lowers the figure
+    probes = [p2p_bandwidth.measure(2, [args.piece_size])[0] for _ in range(3)]
+    bw = max(args.piece_size / p["p2p_s"] for p in probes)
+    bw_bidir = max(args.piece_size / p["bidir_s"] for p in probes)
     print(f"S_p = {param_bytes / 1e6:.1f} MB, pieces of {args.piece_size} B; measured p2p "
           f"B = {bw / 1e9:.3f} GB/s one way, {bw_bidir / 1e9:.3f} GB/s per direction both ways")
     print(f"{'W':>2} {'P':>2} {'exchange ms':>12} {'half bound':>11} {'ratio':>6} "
@@ -91,14 +94,20 @@ def main(argv=None) -> int:
         w, p = (int(v) for v in pair.lower().split("x"))
         cfg = RunConfig(workload=spec, workers=w, ps=p, batch_size=1, steps=args.steps,
                         warmup_steps=3, piece_bytes=args.piece_size, timeout_s=120)
-        run = run_training(cfg)
         alone = compute_alone_s(spec, max(1, cpu_count() // w))
-        measured = run["steps"]["step_s"]["median"] - run["steps"]["data_s"]["median"] - alone
+        best = None
+        for _ in range(args.repeat):  # best of R: other load on the host only adds time
+            run = run_training(cfg)
+            value = run["steps"]["step_s"]["median"] - run["steps"]["data_s"]["median"] - alone
+            if best is None or value < best[0]:
+                best = (value, run)
+        measured, run = best
         half = ps_push_then_pull_s(param_bytes, w, p, bw)
         full = ps_pipelined_s(param_bytes, w, p, bw, bw)
         form = ("full duplex (pipelined)" if measured <= 1.25 * full else
                 "half duplex (push then pull)" if measured <= 1.25 * half else "neither")
-        row = {"workers": w, "ps": p, "param_bytes": param_bytes, "compute_alone_s": alone,
+        row = {"workers": w, "ps": p, "processes": w + p, "cpus": cpu_count(),
+               "param_bytes": param_bytes, "compute_alone_s": alone,
                "step_s": run["steps"]["step_s"]["median"],
                "exchange_s": measured, "exchange_spread_s": run["steps"]["exchange_s"]["spread"],
                "server_apply_s": run["steps"]["apply_s"]["median"],

@@ -15,6 +15,7 @@ the result (other ranks get ``{}``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from contextlib import ExitStack
@@ -117,6 +118,11 @@ def _run_torchrun(cfg: RunConfig, ranks_path) -> dict:
     if cfg.emulate_network:
         raise UsageError("--emulate-network needs --launcher local")
     rank, world_size, _ = env_rank()
+    if not cfg.threads and "SCALELAB_THREADS" not in os.environ:
+        from scalelab.runner.launch import cpu_count
+
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        os.environ["SCALELAB_THREADS"] = str(max(1, cpu_count() // max(1, local)))
     workdir = Path(tempfile.mkdtemp(prefix=f"scalelab-rank{rank}-"))
     try:
         result = run_rank(cfg, rank, world_size, workdir)
