@@ -18,11 +18,19 @@ with emulated_network(2, "100mbit") as net:
 """
 
 
-def ours():
-    """Namespaces and root-namespace links this machine holds under our prefix."""
+def left_by(pid: int | None = None) -> list[str]:
+    """Namespaces and root-namespace veths that process ``pid`` (default: this one) created.
+
+    Scoped by the owner's pid in the names, so concurrent test runs do not see each other.
+    """
+    pid = os.getpid() if pid is None else pid
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    return ([n for n in netem.list_namespaces() if n.startswith(netem.PREFIX)]
-            + [ln for ln in links.splitlines() if "slv" in ln])
+    return ([n for n in netem.list_namespaces() if n.startswith(f"{netem.PREFIX}{pid}x")]
+            + [ln for ln in links.splitlines() if f"slv{pid}x" in ln])
+
+
+def ours() -> list[str]:
+    return left_by()
 
 
 def test_parse_rate():
@@ -67,7 +75,7 @@ def test_interrupted_run_cleans_up():
     child = _start_child()
     child.send_signal(signal.SIGINT)
     child.wait(timeout=20)
-    assert ours() == []
+    assert left_by(child.pid) == []
 
 
 @pytest.mark.netem
@@ -80,6 +88,7 @@ def test_killed_launcher_is_cleaned_at_next_start():
     with netem.emulated_network(2, "100mbit"):
         assert not [n for n in netem.list_namespaces()
                     if n.startswith(f"{netem.PREFIX}{child.pid}x")]
+    assert left_by(child.pid) == []
     assert ours() == []
 
 
@@ -89,4 +98,4 @@ def test_sigterm_cleans_up():
     child.terminate()
     child.wait(timeout=20)
     time.sleep(0.1)
-    assert ours() == []
+    assert left_by(child.pid) == []
