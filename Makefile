@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/scalelab profile resnet18 --input-shape 3,64,64 --out scalelab-out/profile.json
+	$(BIN)/scalelab advise resnet18 --input-shape 3,64,64 --num-classes 100 --max-batch 64 --out scalelab-out
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -143,9 +143,12 @@ def scaling(plans: list[dict], runs: list[dict], validations: list[dict]) -> byt
     series: dict[str, list[dict]] = defaultdict(list)
     target = None
     for p in plans:
-        net = (p.get("inputs") or {}).get("cluster", {}).get("network") or \
-            (p.get("inputs") or {}).get("network") or ""
-        target = target or (p.get("inputs") or {}).get("target_efficiency")
+        inputs = p.get("inputs") or {}
+        cluster = inputs.get("cluster") or {}
+        net = inputs.get("cluster_name") or cluster.get("network") or \
+            (f"{cluster['network_gbps']:g} Gb/s" if cluster.get("network_gbps") else "")
+        target = target or inputs.get("target_efficiency") or \
+            (inputs.get("options") or {}).get("target_efficiency")
         for row in p.get("sweep", []):
             if row.get("gpus") and row.get("speedup") is not None:
                 label = row.get("architecture", "?") + (f" @ {net}" if net else "")
@@ -209,7 +212,21 @@ def _measured_speedups(runs: list[dict], validations: list[dict]) -> list[tuple[
     return out
 
 
-def breakdown(plans: list[dict], runs: list[dict]) -> bytes | None:
+def _case_parts(case: dict, side: str) -> dict[str, float]:
+    """A validation case's breakdown: ``side`` is "predicted" or "measured"."""
+    parts = {}
+    for phase in PHASES:
+        v = case.get(f"{side}_{phase}_s")
+        if isinstance(v, (int, float)):
+            parts[phase] = float(v)
+    comm = case.get(f"{side}_comm_s")
+    if isinstance(comm, (int, float)) and not {"push", "pull"} & set(parts):
+        parts["push"] = float(comm)  # exchange shown as one segment when not split
+    return {k: v for k, v in parts.items() if v}
+
+
+def breakdown(plans: list[dict], runs: list[dict],
+              validations: list[dict] | None = None) -> bytes | None:
     """A step's time split into compute, I/O, push, apply and pull: predicted beside measured.
 
     Measured bars come from run.json medians; the predicted bar is the plan's sweep row with
@@ -234,6 +251,15 @@ def breakdown(plans: list[dict], runs: list[dict]) -> bytes | None:
         if pred is not None:
             bars.append((f"{arch} W={w}\npredicted", pred))
         bars.append((f"{arch} W={w}\nmeasured", parts))
+    for v in validations or []:
+        for case in v.get("cases", [])[:8]:
+            pred, meas = _case_parts(case, "predicted"), _case_parts(case, "measured")
+            if pred and meas:
+                cfg = case.get("config", {})
+                label = " ".join(f"{k}={val}" for k, val in cfg.items()
+                                 if k in ("architecture", "workers", "ps", "rate"))
+                bars.append((f"{label}\npredicted", pred))
+                bars.append((f"{label}\nmeasured", meas))
     if not bars and plans:
         rec = (plans[0].get("recommendation") or {})
         pred = _predicted_row(plans, rec.get("architecture"), rec.get("gpus"))
@@ -259,7 +285,11 @@ def breakdown(plans: list[dict], runs: list[dict]) -> bytes | None:
 
 
 def _predicted_row(plans: list[dict], arch, gpus) -> dict[str, float] | None:
+    """The plan's prediction for ``arch`` on ``gpus`` devices; plans whose compute time was
+    scaled to another device (estimates) are no prediction of a run here."""
     for p in plans:
+        if p.get("estimate"):
+            continue
         for row in p.get("sweep", []):
             if row.get("architecture") == arch and row.get("gpus") == gpus:
                 parts = {"compute": row.get("compute_s") or 0.0, "io": row.get("io_s") or 0.0}

@@ -93,37 +93,58 @@ def _reason_text(r: Any) -> str:
     return str(r)
 
 
-def _recommendation(inputs: ReportInputs) -> dict | None:
-    """The headline: the first plan's recommendation, else what the profile chose."""
+def plan_label(p: dict) -> str:
+    """A short name for the cluster a plan is for."""
+    inputs = p.get("inputs") or {}
+    if inputs.get("cluster_name"):
+        return str(inputs["cluster_name"])
+    c = inputs.get("cluster") or {}
+    net = c.get("network") or (f"{c['network_gbps']:g} Gb/s" if c.get("network_gbps") else "")
+    return f"{c.get('nodes', '?')}x{c.get('gpus_per_node', '?')} {c.get('device') or ''} " \
+           f"{net}".strip()
+
+
+def _recommendations(inputs: ReportInputs) -> list[dict]:
+    """The headline: one recommendation per plan, else what the profile chose."""
+    recs = []
     for p in inputs.of("plan"):
         rec = p.get("recommendation")
-        if rec:
-            return {
-                "cards": [
-                    ("batch size / device", rec.get("batch_size")),
-                    ("computation", rec.get("algorithm")),
-                    ("devices", rec.get("gpus")),
-                    ("parameter servers", rec.get("num_ps") if rec.get("num_ps") is not None
-                     else "-"),
-                    ("network needed", f"{rec['network_gbps_needed']:.1f} Gb/s"
-                     if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
-                    ("loader processes", rec.get("loader_workers")),
-                ],
-                "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
-                "warnings": [_reason_text(w) for w in p.get("warnings", [])],
-                "estimate": bool(p.get("estimate")),
-            }
+        if not rec:
+            continue
+        arch = rec.get("architecture")
+        recs.append({
+            "title": plan_label(p),
+            "cards": [
+                ("batch size / device", rec.get("batch_size")),
+                ("computation", rec.get("algorithm") or "default"),
+                ("architecture", arch),
+                ("devices", rec.get("gpus")),
+                ("parameter servers", f"{rec.get('num_ps')} (min {rec.get('num_ps_min')})"
+                 if arch == "ps" else "-"),
+                ("network needed", f"{rec['network_gbps_needed']:.3g} Gb/s"
+                 if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
+                ("loader processes", rec.get("loader_workers")),
+                ("samples/s", f"{rec['samples_per_s']:,.0f}"
+                 if isinstance(rec.get("samples_per_s"), (int, float)) else "-"),
+            ],
+            "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
+            "warnings": [_reason_text(w) for w in p.get("warnings", [])],
+            "estimate": bool(p.get("estimate")),
+        })
+    if recs:
+        return recs
     for prof in inputs.of("profile"):
         algo = (prof.get("algorithms") or {}).get("chosen")
-        return {
+        return [{
+            "title": "this device",
             "cards": [("batch size / device", prof.get("recommended_batch_size")),
                       ("largest batch that fits", prof.get("max_batch_size")),
                       ("computation", algo or "default")],
-            "reasons": [],
+            "reasons": ["batch: the smallest measured batch within 5% of the best throughput"],
             "warnings": [],
             "estimate": False,
-        }
-    return None
+        }]
+    return []
 
 
 def _profile_table(profile: dict) -> list[list[str]]:
@@ -187,7 +208,7 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     add("scaling", "Speedup and efficiency against device count",
         figures.scaling(plans, runs, validations),
         "Predicted by the planner for each architecture and network; dots are measured runs.")
-    add("breakdown", "Where a step's time goes", figures.breakdown(plans, runs),
+    add("breakdown", "Where a step's time goes", figures.breakdown(plans, runs, validations),
         "Compute, input, push, server apply and pull per step, predicted beside measured.")
     add("validation", "Predicted against measured", figures.validation(validations),
         "Each point is one configuration run for real; the band is ±10%.",
@@ -214,7 +235,7 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     return env.get_template("report.html").render(
         title=title or f"scalelab report{f': {model}' if model else ''}",
         model=model,
-        recommendation=_recommendation(inputs),
+        recommendations=_recommendations(inputs),
         sections=sections,
         summary=summary,
         environment=_environment(inputs),
