@@ -330,12 +330,20 @@ def run_validation(spec: WorkloadSpec, grid: dict[str, list], options: Validatio
     ``calibration``: a loaded ``scalelab.calibration/1`` file; cases are then also predicted
     with its parameters, and those it was fitted on are marked ``used_for_fitting``.
     """
+    return run_cases(spec, expand(grid), options, calibration, say, on_case)
+
+
+def run_cases(spec: WorkloadSpec, configs: list[dict[str, Any]], options: ValidationOptions,
+              calibration: dict | None = None,
+              say: Callable[[str], None] | None = None,
+              on_case: Callable[[dict], None] | None = None) -> dict:
+    """:func:`run_validation` for an explicit list of ``config`` dicts (grid keys)."""
     from scalelab import netem
     from scalelab.planner import ModelParams
     from scalelab.runner import RunConfig, run_training
     from scalelab.workload import describe
 
-    configs = expand(grid)
+    configs = [{**dict.fromkeys(GRID_KEYS), **c} for c in configs]
     for c in configs:  # every case must be a valid run before anything is started
         _run_config(spec, c, options, RunConfig)
     if any(c.get("rate") for c in configs):
@@ -372,6 +380,9 @@ def run_validation(spec: WorkloadSpec, grid: dict[str, list], options: Validatio
             "inputs": inputs,
             "achieved_bandwidth_Bps": run.get("achieved_bandwidth_Bps"),
             "steps_timed": run["steps"]["step_s"]["n"],
+            "model": spec.model,
+            "one_worker_step_s": meas.lone_timing(config["batch_size"],
+                                                  worker_threads(1))["step_s"],
         }
         if cal_params is not None:
             cal = predict(inputs, cal_params)
@@ -442,15 +453,14 @@ def describe_config(config: dict[str, Any]) -> str:
 
 def _speedup_series(validation: dict) -> dict[tuple, list[tuple[int, float, float]]]:
     """(workers, predicted, measured speedup) per series; speedup over one lone worker."""
-    one = validation.get("one_worker_step_s") or {}
     series: dict[tuple, list] = {}
     for c in validation["cases"]:
         cfg = c["config"]
-        t1 = one.get(str(cfg["batch_size"]))
+        t1 = c.get("one_worker_step_s")
         if not t1:
             continue
-        key = (cfg["architecture"], cfg.get("ps"), cfg.get("partition"), cfg["batch_size"],
-               cfg.get("rate"))
+        key = (c.get("model", ""), cfg["architecture"], cfg.get("ps"), cfg.get("partition"),
+               cfg["batch_size"], cfg.get("rate"))
         w = cfg["workers"]
         series.setdefault(key, []).append(
             (w, w * t1 / c["predicted_step_s"], w * t1 / c["measured_step_s"]))
@@ -503,9 +513,10 @@ def plot(validation: dict, path: str) -> None:
     ax1.legend(fontsize=7, frameon=False, loc="upper left")
     palette = plt.get_cmap("tab10")
     for i, (key, pts) in enumerate(sorted(_speedup_series(validation).items(), key=str)):
-        arch, ps, part, b, rate = key
-        label = f"{arch}{f' P={ps}' if ps else ''}{' tensor' if part == 'tensor' else ''} " \
-                f"b={b} {rate or 'loopback'}"
+        model, arch, ps, part, b, rate = key
+        label = " ".join(x for x in (model.rpartition(":")[2], arch, f"P={ps}" if ps else "",
+                                     "tensor" if part == "tensor" else "", f"b={b}",
+                                     rate or "loopback") if x)
         color = palette(i % 10)
         ws = [1] + [p[0] for p in pts]
         ax2.plot(ws, [1.0] + [p[1] for p in pts], color=color, linewidth=1.4, label=label)

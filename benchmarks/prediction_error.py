@@ -1,0 +1,140 @@
+"""Prediction error of the step model on this machine: predicted against measured runs.
+
+A grid of real runs on emulated networks (network namespaces, links shaped with tc tbf):
+
+- communication-bound: an AlexNet-like model at 32x32 input (1.7M parameters, fc6 about
+  60% of the 7.0 MB of gradients, little compute) at 300 and 500 Mbit/s, parameter
+  servers with the server count varied at W = 2 and W = 4 (the knee: past N_ps = N_w the
+  worker's own link bounds the exchange and more servers stop helping), whole-tensor
+  placement (one shard dominates), and ring all-reduce;
+- compute-bound: a convolution-heavy model with 67k parameters at 1 Gbit/s, where W
+  workers share this machine's cores (the measured contention factor).
+
+Every case is predicted by ``scalelab.validate`` (planner, lone profile, contention,
+measured link) before it runs. Then every third case is used to fit the calibration
+(``scalelab.calibration.fit``) and the others are predicted again with it. Printed: median
+and max |error| of the step time, uncalibrated, on the cases not used for fitting, and
+after calibration on the same cases. Goal: median <= 10%, max <= 25% uncalibrated.
+
+    sudo python benchmarks/prediction_error.py --out bench-out/prediction_error.json \\
+        --plot bench-out/prediction_error.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+os.chdir(ROOT)  # the ranks import tests.toy_validate from here
+sys.path.insert(0, str(ROOT))
+
+from scalelab import calibration  # noqa: E402
+from scalelab.results import write_json  # noqa: E402
+from scalelab.validate import (  # noqa: E402
+    ValidationOptions,
+    describe_config,
+    error_summary,
+    plot,
+    predict,
+    relative_error,
+    run_cases,
+)
+from scalelab.workload import WorkloadSpec  # noqa: E402
+
+COMM = WorkloadSpec("tests.toy_validate:alexnet_like", input_shape=(3, 32, 32), num_classes=10)
+COMPUTE = WorkloadSpec("tests.toy_validate:conv_heavy", input_shape=(3, 32, 32), num_classes=10)
+
+
+def ps(w, p, rate, b, partition="balanced"):
+    return {"architecture": "ps", "workers": w, "ps": p, "partition": partition,
+            "batch_size": b, "rate": rate}
+
+
+def ar(w, rate, b):
+    return {"architecture": "allreduce", "workers": w, "ps": None, "partition": None,
+            "batch_size": b, "rate": rate}
+
+
+GRID = [
+    (COMM, [ps(2, 1, "300mbit", 8), ps(2, 2, "300mbit", 8), ps(4, 1, "300mbit", 8),
+            ps(4, 2, "300mbit", 8), ps(4, 4, "300mbit", 8), ps(2, 2, "300mbit", 8, "tensor"),
+            ps(2, 1, "500mbit", 8), ar(2, "300mbit", 8), ar(4, "300mbit", 8)]),
+    (COMPUTE, [ps(2, 1, "1gbit", 16), ps(4, 2, "1gbit", 16), ar(2, "1gbit", 16),
+               ar(4, "1gbit", 16)]),
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--fit-every", type=int, default=3,
+                    help="every k-th case is used for fitting (default 3)")
+    ap.add_argument("--out", default="bench-out/prediction_error.json")
+    ap.add_argument("--plot", default="bench-out/prediction_error.png")
+    args = ap.parse_args()
+    options = ValidationOptions(steps=args.steps, warmup_steps=2, timeout_s=120)
+    t0 = time.perf_counter()
+    cases, links, contention = [], {}, []
+
+    def show(case):
+        print(f"  {describe_config(case['config']):32s} "
+              f"predicted {case['predicted_step_s'] * 1e3:8.1f} ms  "
+              f"measured {case['measured_step_s'] * 1e3:8.1f} ms  error {case['error']:+.1%}"
+              f"  ({case['bottleneck']})", flush=True)
+
+    for spec, configs in GRID:
+        print(f"{spec.model}: {len(configs)} cases", flush=True)
+        v = run_cases(spec, configs, options, say=lambda m: print(f"  . {m}", flush=True),
+                      on_case=show)
+        cases += v["cases"]
+        links.update(v["link"])
+        contention += [{"model": spec.model, **c} for c in v["contention"]]
+    grid_s = time.perf_counter() - t0
+
+    for i, c in enumerate(cases):
+        c["used_for_fitting"] = i % args.fit_every == 0
+    fitted = [c for c in cases if c["used_for_fitting"]]
+    held = [c for c in cases if not c["used_for_fitting"]]
+    fit = calibration.fit(calibration.observations_from_validation({"cases": fitted}))
+    for c in cases:
+        c["calibrated_step_s"] = predict(c["inputs"], fit.params).step_s
+        c["calibrated_error"] = relative_error(c["calibrated_step_s"], c["measured_step_s"])
+    before, after = error_summary(held), error_summary(held, "calibrated_error")
+    overall = error_summary(cases)
+    result = {
+        "cases": cases, "link": links, "contention": contention,
+        "median_abs_error": overall["median_abs_error"], "max_abs_error": overall["max_abs_error"],
+        "held_out_uncalibrated": before, "held_out_calibrated": after,
+        "fitted_cases": len(fitted), "calibration": fit.params.to_dict(),
+        "goal": {"median_abs_error": 0.10, "max_abs_error": 0.25},
+        "meets_goal": (before["median_abs_error"] <= 0.10 and before["max_abs_error"] <= 0.25),
+        "grid_s": grid_s,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json(args.out, "validation", result)
+    if args.plot:
+        plot({"cases": cases, **{k: result[k] for k in ("median_abs_error", "max_abs_error")}},
+             args.plot)
+    print("links: " + ", ".join(f"{k} {v['bandwidth_Bps'] * 8 / 1e6:.1f} Mbit/s "
+                                 f"{v['latency_s'] * 1e6:.0f} us" for k, v in links.items()))
+    print("contention: " + ", ".join(f"{c['model'].rpartition(':')[2]} {c['architecture']} "
+                                     f"W={c['workers']} x{c['factor']:.2f}" for c in contention))
+    print(f"{len(cases)} cases in {grid_s:.0f} s; fitted on {len(fitted)}, held out {len(held)}")
+    print(f"held-out |error|, uncalibrated: median {before['median_abs_error']:.1%}, "
+          f"max {before['max_abs_error']:.1%}  (goal <= 10%, <= 25%)")
+    print(f"held-out |error|, calibrated:   median {after['median_abs_error']:.1%}, "
+          f"max {after['max_abs_error']:.1%}")
+    print(f"all cases uncalibrated: median {overall['median_abs_error']:.1%}, "
+          f"max {overall['max_abs_error']:.1%}")
+    print("calibration: " + json.dumps({k: round(v, 6) for k, v in fit.params.to_dict().items()}))
+    print(f"-> {args.out}" + (f", {args.plot}" if args.plot else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from scalelab import netem
+from scalelab.cli import main
+from scalelab.errors import UsageError
+from scalelab.planner import ModelParams
+from scalelab.results import read_json, write_json
+from scalelab.validate import expand, parse_grid, predict
+from tests.test_netem import left_by
+
+TINY = ["tests.toy_validate:tiny", "--input-shape", "12", "--num-classes", "4"]
+
+
+def test_parse_grid_and_expand():
+    grid = parse_grid("workers=2,4 ps=1,2 architecture=ps,allreduce rate=200mbit,none "
+                      "batch-size=8")
+    assert grid == {"workers": [2, 4], "ps": [1, 2], "architecture": ["ps", "allreduce"],
+                    "rate": ["200mbit", None], "batch_size": [8]}
+    cases = expand(grid)
+    # ps: 2 workers x 2 servers x 2 rates; all-reduce has no servers: 2 x 2
+    assert len(cases) == 12
+    assert {"workers": 2, "ps": None, "architecture": "allreduce", "partition": None,
+            "batch_size": 8, "rate": None} in cases
+    assert expand(parse_grid("workers=2"))[0] == {
+        "workers": 2, "ps": 1, "architecture": "ps", "partition": "balanced", "batch_size": 32,
+        "rate": None}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "empty"),
+    ("workers", "KEY=V1,V2"),
+    ("workers=", "KEY=V1,V2"),
+    ("speed=2", "unknown grid key"),
+    ("workers=0", ">= 1"),
+    ("workers=two", "not an integer"),
+    ("workers=2,,4", "empty value"),
+    ("architecture=ring", "one of ps, allreduce"),
+    ("rate=fast", "not a rate"),
+    ("rate=100gbit", "cannot be shaped"),
+    ("workers=2 workers=4", "given twice"),
+])
+def test_bad_grids(text, message):
+    with pytest.raises(UsageError, match=message):
+        parse_grid(text)
+
+
+def _inputs(**kw):
+    base = {"architecture": "ps", "workers": 2, "ps": 1, "partition": "balanced",
+            "param_bytes": 1e5, "tensor_bytes": [], "compute_s": 0.1, "contention": 1.5,
+            "bandwidth_Bps": 1e6, "latency_s": 0.0, "full_duplex": False}
+    return {**base, **kw}
+
+
+def test_prediction_is_the_planners_push_then_pull_with_the_measured_contention():
+    # push phase: the server receives 2 x 100 kB at 1 MB/s = 0.2 s (its link bounds it);
+    # pull likewise; compute 0.1 s x contention 1.5
+    p = predict(_inputs())
+    assert p.compute_s == pytest.approx(0.15)
+    assert p.comm_s == pytest.approx(0.4)
+    assert p.step_s == pytest.approx(0.55)
+    assert p.bottleneck == "network-server"
+    # two servers: each receives 100 kB, as much as a worker sends: 0.1 s per phase
+    assert predict(_inputs(ps=2)).comm_s == pytest.approx(0.2)
+    # calibrated: half the exchange hidden, compute factor on top of the contention
+    cal = predict(_inputs(), ModelParams(overlap=0.5, compute_scale=2.0, latency_s=0.01))
+    assert cal.compute_s == pytest.approx(0.3)
+    assert cal.step_s == pytest.approx(0.3 + 0.5 * (0.4 + 2 * 0.01))
+    # ring all-reduce over 4: 2 (3/4) 100 kB / 1 MB/s
+    ar = predict(_inputs(architecture="allreduce", workers=4, ps=0, contention=1.0))
+    assert ar.comm_s == pytest.approx(0.15)
+
+
+def test_loopback_probe_measures_something():
+    link = netem.measure_loopback(seconds=0.2, pings=5)
+    assert link["bandwidth_Bps"] > 1e6 and 0 < link["latency_s"] < 0.01
+    with pytest.raises(UsageError):
+        netem.measure_loopback(seconds=0)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--grid", "workers=0"], ">= 1"),
+    (["--grid", "workers=2 foo=1"], "unknown grid key"),
+    (["--grid", "workers=2", "--steps", "1"], "--steps must be >= 2"),
+    (["--grid", "workers=2", "--plot", "out.jpg"], "PNG"),
+    (["--grid", "workers=2 ps=0"], ">= 1"),
+])
+def test_cli_bad_input_exits_2_in_one_line(tmp_path, capsys, extra, message):
+    assert main(["validate", *TINY, *extra, "--out", str(tmp_path / "v.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "v.json").exists()
+
+
+def test_cli_bad_model_and_calibration_file(tmp_path, capsys):
+    assert main(["validate", "no_such_model", "--grid", "workers=2",
+                 "--out", str(tmp_path / "v.json")]) == 2
+    assert "no_such_model" in capsys.readouterr().err
+    other = tmp_path / "plan.json"
+    write_json(other, "plan", {"sweep": []})
+    assert main(["validate", *TINY, "--grid", "workers=2", "--calibration", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "calibration" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.netem
+def test_validate_on_an_emulated_network_end_to_end(tmp_path):
+    """Two cases at 500 Mbit/s, one of them marked as fitted by a calibration file."""
+    cal = tmp_path / "calibration.json"
+    write_json(cal, "calibration", {
+        "params": ModelParams(overlap=0.2).to_dict(),
+        "fitted_cases": [{"workers": 2, "ps": 1, "architecture": "ps", "partition": "balanced",
+                          "batch_size": 4, "rate": "500mbit"}]})
+    out, png = tmp_path / "validation.json", tmp_path / "validation.png"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scalelab", "validate", *TINY, "--grid",
+         "workers=2 architecture=ps,allreduce rate=500mbit batch_size=4", "--steps", "4",
+         "--profile-steps", "2", "--calibration", str(cal), "--out", str(out), "--plot",
+         str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = proc.communicate(timeout=150)
+    assert proc.returncode == 0, stderr
+    v = read_json(out, "validation")
+    assert [c["config"]["architecture"] for c in v["cases"]] == ["ps", "allreduce"]
+    for c in v["cases"]:
+        assert c["predicted_step_s"] > 0 and c["measured_step_s"] > 0
+        assert c["error"] == pytest.approx(
+            (c["predicted_step_s"] - c["measured_step_s"]) / c["measured_step_s"])
+        assert c["inputs"]["contention"] > 0
+    assert [c["used_for_fitting"] for c in v["cases"]] == [True, False]
+    assert v["calibration"]["held_out_before"]["cases"] == 1
+    assert v["max_abs_error"] == max(abs(c["error"]) for c in v["cases"])
+    link = v["link"]["500mbit"]
+    assert abs(link["bandwidth_Bps"] * 8 - 500e6) / 500e6 < 0.10
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "|error| of the step time" in stdout and "not used for fitting (1)" in stdout
+    assert left_by(proc.pid) == []
+    json.dumps(v)
