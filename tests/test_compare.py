@@ -1,0 +1,114 @@
+"""scalelab compare: the ablation order, baseline files, bad input, and a measured comparison."""
+
+import json
+
+import pytest
+
+from scalelab.cli import main
+from scalelab.compare import ORDER, StepConfig, ablation, baseline_config, load_baseline
+from scalelab.errors import UsageError
+from scalelab.results import read_json
+
+TOY = ["tests.toy_compare:wide_fc", "--input-shape", "3,16,16", "--num-classes", "10"]
+
+
+def _cli(capsys, *argv):
+    code = main(["compare", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_ablation_applies_recommendations_in_the_papers_order():
+    base = baseline_config()
+    rec = StepConfig(batch_size=64, ps=2, partition="balanced")
+    steps, skipped = ablation(base, rec)
+    assert [s.name for s in steps] == ["baseline", "batch+algorithm", "servers", "recommended"]
+    assert [s.config.batch_size for s in steps] == [16, 64, 64, 64]
+    assert [s.config.ps for s in steps] == [1, 1, 2, 2]
+    assert [s.config.partition for s in steps] == ["tensor", "tensor", "tensor", "balanced"]
+    assert steps[-1].config == rec and steps[-1].applied == {"partition": "balanced",
+                                                             "step": "balanced shards"}
+    assert [s["name"] for s in skipped] == ["loaders"]
+    assert ORDER.index("batch+algorithm") < ORDER.index("loaders") < ORDER.index("servers")
+
+
+def test_ablation_skips_what_the_baseline_has_and_two_ends():
+    base = baseline_config({"ps": 2, "partition": "balanced"})
+    rec = StepConfig(batch_size=32, ps=2, partition="balanced")
+    steps, skipped = ablation(base, rec)
+    assert [s.name for s in steps] == ["baseline", "recommended"]
+    assert steps[-1].applied == {"batch_size": 32, "step": "batch+algorithm"}
+    assert {s["name"] for s in skipped} == {"loaders", "servers", "balanced shards"}
+    ends, _ = ablation(baseline_config(), StepConfig(batch_size=64, ps=2, partition="balanced"),
+                       one_at_a_time=False)
+    assert [s.name for s in ends] == ["baseline", "recommended"]
+    assert ends[1].applied == {"batch_size": 64, "ps": 2, "partition": "balanced"}
+
+
+def test_baseline_file_overrides_keys(tmp_path):
+    f = tmp_path / "base.toml"
+    f.write_text('batch_size = 8\npartition = "balanced"\n')
+    cfg = load_baseline(f)
+    assert (cfg.batch_size, cfg.ps, cfg.partition, cfg.loader_workers) == (8, 1, "balanced", 0)
+    with pytest.raises(UsageError, match="ps must be an integer >= 1"):
+        baseline_config({"ps": 0})
+    with pytest.raises(UsageError, match="partition"):
+        baseline_config({"partition": "random"})
+
+
+@pytest.mark.parametrize("content, message", [
+    ("batch_size = 8\nnum_servers = 2\n", "unknown key(s) num_servers"),
+    ("batch_size = [", "not valid TOML"),
+    ('algorithm = "channels_last"\n', "default computation configuration"),
+    ("batch_size = 0\n", "batch_size must be an integer >= 1"),
+])
+def test_bad_baseline_file_is_one_line_exit_2(capsys, tmp_path, content, message):
+    f = tmp_path / "base.toml"
+    f.write_text(content)
+    code, out, err = _cli(capsys, *TOY, "--workers", "2", "--baseline", str(f))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "--workers must be an integer >= 2"),
+    (["--workers", "2", "--rate", "10kbit"], "cannot be shaped"),
+    (["--workers", "2", "--rate", "20tbit"], "not a rate"),
+    (["--workers", "2", "--rate", "100gbit"], "cannot be shaped"),
+    (["--workers", "2", "--batch-sizes", "16,x"], "--batch-sizes"),
+    (["--workers", "2", "--baseline", "/nonexistent/base.toml"], "no such file"),
+    (["--workers", "2", "--plot", "out.svg"], "PNG"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, message):
+    code, out, err = _cli(capsys, *TOY, *argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.netem
+def test_recommended_is_measured_faster_on_a_communication_bound_network(capsys, tmp_path):
+    out, png, html = tmp_path / "compare.json", tmp_path / "compare.png", tmp_path / "r.html"
+    code, text, err = _cli(capsys, *TOY, "--workers", "2", "--rate", "100mbit", "--steps", "4",
+                           "--warmup-steps", "1", "--batch-sizes", "16,64", "--no-ablation",
+                           "--out", str(out), "--plot", str(png), "--quiet")
+    assert code == 0, err
+    result = read_json(out, "compare")
+    steps = result["steps"]
+    assert [s["name"] for s in steps] == ["baseline", "recommended"]
+    base, rec = steps
+    assert base["config"]["batch_size"] == 16 and base["config"]["ps"] == 1
+    assert base["config"]["partition"] == "tensor"
+    assert rec["config"]["partition"] == "balanced" and rec["config"]["ps"] == 2
+    # the exchange dominates the step at 100 Mbit/s: the model says so, and so does the run
+    assert base["predicted"]["bottleneck"].startswith(("network", "shard"))
+    assert rec["measured_samples_per_s"] > base["measured_samples_per_s"]
+    assert rec["speedup"] > 1 and rec["predicted_speedup"] > 1
+    for s in steps:
+        assert s["error"] == pytest.approx(
+            s["predicted_samples_per_s"] / s["measured_samples_per_s"] - 1)
+    assert 0.5 * 100e6 / 8 < result["link"]["bandwidth_Bps"] < 1.1 * 100e6 / 8
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["report", str(out), "--out", str(html), "--quiet"]) == 0
+    page = html.read_text()
+    assert "Naive against recommended" in page and "data:image/png;base64," in page
+    assert json.loads(out.read_text())["schema"] == "scalelab.compare/1"
