@@ -1,58 +1,86 @@
+"""Shard layouts: every element owned once, pieces bounded, placement as theory.sharding says."""
+
 import pytest
+import torch
 
-from scalelab.errors import UsageError
-from scalelab.runner.partition import make_partition
-from scalelab.theory.sharding import even_chunks, greedy_whole_tensor
+from scalelab.runner.partition import make_layout
+from scalelab.runner.ps import _pack, _unpack
+from scalelab.runner.timers import StepTimer, maybe_phase, summarize
+from scalelab.theory.sharding import greedy_whole_tensor
+
+NUMELS = [300, 7, 1200, 33, 64, 1]
 
 
-def _check_cover(part):
-    ranges = sorted((p.start, p.end) for p in part.pieces)
-    assert ranges[0][0] == 0 and ranges[-1][1] == part.total_numel
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
-    assert [p.index for p in part.pieces] == list(range(len(part.pieces)))
+def _owned(layout) -> list[int]:
+    owner = [0] * layout.total_numel
+    for segs in layout.shards:
+        for s, e in segs:
+            for i in range(s, e):
+                owner[i] += 1
+    return owner
+
+
+@pytest.mark.parametrize("partition", ["balanced", "tensor"])
+@pytest.mark.parametrize("piece", [None, 50])
+def test_every_element_has_one_server_and_one_piece(partition, piece):
+    layout = make_layout(NUMELS, 3, partition, piece)
+    assert _owned(layout) == [1] * sum(NUMELS)
+    covered = [0] * sum(NUMELS)
+    starts = [sum(NUMELS[:i]) for i in range(len(NUMELS))]
+    for p in layout.pieces:
+        assert p.numel <= (piece or 10**9)
+        assert sum(b - a for _, a, b, _ in p.copies) == p.numel
+        for t, a, b, _ in p.copies:
+            for i in range(starts[t] + a, starts[t] + b):
+                covered[i] += 1
+    assert covered == [1] * sum(NUMELS)
+    assert len({p.index for p in layout.pieces}) == len(layout.pieces)
 
 
 def test_balanced_chunks_are_even_and_contiguous():
-    numels = [10, 3, 7, 1]
-    part = make_partition(numels, 3, "balanced")
-    _check_cover(part)
-    assert [part.server_numel(k) for k in range(3)] == list(even_chunks(21, 3))
-    # offsets 0,10,13,20,21: pieces [0,7) [7,14) [14,21)
-    assert part.pieces[0].tensors == (0,)
-    assert part.pieces[1].tensors == (0, 1, 2)
-    assert part.pieces[2].tensors == (2, 3)
+    layout = make_layout(NUMELS, 4, "balanced")
+    sizes = [layout.shard_numel(k) for k in range(4)]
+    assert max(sizes) - min(sizes) <= 1
+    assert all(len(s) == 1 for s in layout.shards)
 
 
-def test_balanced_pieces_of_fixed_size():
-    part = make_partition([10, 3, 7, 1], 2, "balanced", piece_numel=4)
-    _check_cover(part)
-    assert all(p.numel <= 4 for p in part.pieces)
-    assert [part.server_numel(k) for k in range(2)] == [10, 11]
-    assert {p.server for p in part.pieces if p.end <= 10} == {0}
+def test_tensor_placement_keeps_tensors_whole_with_theorys_loads():
+    layout = make_layout(NUMELS, 3, "tensor")
+    starts = {sum(NUMELS[:i]): n for i, n in enumerate(NUMELS)}
+    for segs in layout.shards:
+        for s, e in segs:
+            assert starts[s] == e - s
+    loads = sorted(layout.shard_numel(k) for k in range(3))
+    assert loads == sorted(greedy_whole_tensor(NUMELS, 3))
+    assert max(layout.shard_fractions()) == pytest.approx(1200 / sum(NUMELS))
 
 
-def test_tensor_partition_matches_greedy_loads():
-    numels = [100, 5, 60, 60, 7, 1]
-    part = make_partition(numels, 3, "tensor")
-    _check_cover(part)
-    loads = sorted(part.server_numel(k) for k in range(3))
-    assert loads == sorted(greedy_whole_tensor(numels, 3))
-    for p in part.pieces:  # whole tensors only
-        assert len(p.tensors) == 1
-        t = p.tensors[0]
-        assert (p.start, p.end) == (part.offsets[t], part.offsets[t + 1])
+def test_pack_unpack_round_trip():
+    tensors = [torch.randn(n) for n in NUMELS]
+    layout = make_layout(NUMELS, 2, "tensor", 40)
+    out = [torch.zeros(n) for n in NUMELS]
+    for p in layout.pieces:
+        buf = torch.empty(p.numel)
+        _pack(p, tensors, buf)
+        _unpack(p, buf, out)
+    assert all(torch.equal(a, b) for a, b in zip(tensors, out, strict=True))
 
 
-def test_tensor_partition_split_into_pieces():
-    part = make_partition([100, 5], 2, "tensor", piece_numel=30)
-    _check_cover(part)
-    assert part.server_numel(0) == 100 and len(part.server_pieces(0)) == 4
+def test_send_order_follows_backward():
+    layout = make_layout(NUMELS, 1, "balanced", 100)
+    order = layout.send_order(0)
+    firsts = [min(p.tensors) for p in order]
+    assert firsts == sorted(firsts, reverse=True)
 
 
-def test_bad_partitions():
-    with pytest.raises(UsageError, match="cannot fill"):
-        make_partition([4, 4], 3, "tensor")
-    with pytest.raises(UsageError, match="cannot be shared"):
-        make_partition([1, 1], 3, "balanced")
-    with pytest.raises(UsageError, match="unknown partition"):
-        make_partition([4], 1, "random")
+def test_timers_and_summary():
+    timer = StepTimer()
+    timer.start_step()
+    with maybe_phase(timer, "compute_s"):
+        pass
+    rec = timer.end_step()
+    assert set(rec) == {"compute_s", "step_s"} and rec["step_s"] >= rec["compute_s"] >= 0
+    assert maybe_phase(None, "x") is maybe_phase(None, "y")  # off: one shared no-op
+    s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert s["median"] == 3.0 and s["p10"] == pytest.approx(1.4) and s["n"] == 5
+    assert summarize([]) is None

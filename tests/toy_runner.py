@@ -1,57 +1,67 @@
-"""Tiny models for the runner tests (no batch normalization: per-sample losses are
-independent, so W workers at batch b and one process at batch W*b compute the same mean
-gradient)."""
+"""Tiny models for the runner's tests (``tests.toy_runner:<name>``).
+
+None has batch normalization: its statistics are per batch, so W workers at batch b and one
+process at batch W*b would differ by construction.
+
+``faulty`` misbehaves on purpose when ``TOY_FAIL=RANK:STEP:ACTION`` names this process's rank
+(ACTION ``raise``, ``kill`` (SIGKILL itself) or ``hang``); with ``TOY_PID_DIR`` set every
+process that builds it records its pid there, so tests can check none is left behind.
+"""
 
 import os
+import signal
 import time
 
 import torch
 from torch import nn
 
 
-def mlp(num_classes: int = 3) -> nn.Module:
-    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 12), nn.Tanh(),
-                         nn.Linear(12, num_classes))
+def convnet(num_classes: int = 3) -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 16),
+        nn.ReLU(), nn.Linear(16, num_classes))
 
 
-def conv(num_classes: int = 3) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3),
-                         nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, num_classes))
+def wide(num_classes: int = 3) -> nn.Module:
+    return nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 32), nn.Tanh(),
+                         nn.Linear(32, num_classes))
 
 
-def linear_big(num_classes: int = 2) -> nn.Module:
-    """A linear model without bias started far from its optimum (weights x 5)."""
-    m = nn.Linear(8, num_classes, bias=False)
+def far_linear(num_classes: int = 3) -> nn.Module:
+    """A linear classifier started far from the optimum of labels independent of the input.
+
+    With inputs ~ N(0, I) and labels uniform and independent of them, the expected
+    cross-entropy is minimized exactly by weight 0 and equal biases (softmax = 1/C).
+    """
+    m = nn.Linear(6, num_classes)
     with torch.no_grad():
-        m.weight.mul_(5.0)
+        m.weight.mul_(8.0)
+        m.bias.copy_(torch.linspace(-2.0, 2.0, num_classes))
     return m
 
 
 class _Faulty(nn.Module):
-    """``mlp`` that fails on a chosen forward call of a chosen rank.
-
-    ``TOY_FAULT=rank:call:kind`` with kind ``raise``, ``exit`` (os._exit(3)) or ``hang``.
-    """
-
-    def __init__(self, num_classes):
+    def __init__(self, num_classes: int):
         super().__init__()
-        self.net = mlp(num_classes)
+        self.body = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, num_classes))
         self.calls = 0
-        spec = os.environ.get("TOY_FAULT", "")
-        self.fault = spec.split(":") if spec else None
+        pid_dir = os.environ.get("TOY_PID_DIR")
+        if pid_dir:
+            with open(os.path.join(pid_dir, f"{os.getpid()}.pid"), "w") as f:
+                f.write(str(os.getpid()))
+        rank, step, self.action = (os.environ.get("TOY_FAIL", "::").split(":") + [""])[:3]
+        self.fail_step = int(step) if rank == os.environ.get("RANK") and step else None
 
     def forward(self, x):
+        if self.fail_step is not None and self.calls == self.fail_step:
+            if self.action == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.action == "hang":
+                time.sleep(600)
+            raise RuntimeError(f"injected failure at step {self.calls}")
         self.calls += 1
-        if self.fault and os.environ.get("RANK") == self.fault[0] \
-                and self.calls == int(self.fault[1]):
-            kind = self.fault[2]
-            if kind == "exit":
-                os._exit(3)
-            if kind == "hang":
-                time.sleep(3600)
-            raise RuntimeError(f"injected fault at forward call {self.calls}")
-        return self.net(x)
+        return self.body(x)
 
 
-def faulty_mlp(num_classes: int = 3) -> nn.Module:
+def faulty(num_classes: int = 3) -> nn.Module:
     return _Faulty(num_classes)

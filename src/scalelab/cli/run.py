@@ -1,36 +1,37 @@
-"""``scalelab run``: real parameter-server or all-reduce training, every phase timed."""
+"""``scalelab run``: real data-parallel training (parameter servers or DDP), measured."""
 
 from __future__ import annotations
 
-import argparse
-import os
+import json
+import sys
+from pathlib import Path
 
-from scalelab.cli import HelpFormatter
 from scalelab.cli._common import add_workload_options, bytes_arg, positive_int, workload_from_args
 
-EXAMPLES = """\
-examples:
-  scalelab run resnet18 --input-shape 3,32,32 --num-classes 10 --workers 2 --ps 1 \\
-      --batch-size 16 --steps 20 --out run.json
-  scalelab run resnet18 --input-shape 3,32,32 --workers 2 --architecture allreduce --out ddp.json
-  scalelab run resnet18 --input-shape 3,32,32 --workers 2 --ps 2 --mode async --steps 30
-  scalelab run resnet18 --input-shape 3,32,32 --workers 2 --colocate --piece-size 1MiB
-  scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor \\
-      --checkpoint-dir ckpt --checkpoint-every 5 --steps 20   # then add --resume
-  torchrun --nnodes 2 --nproc-per-node 2 --node-rank 0 --master-addr 10.0.0.1 \\
-      --master-port 29500 -m scalelab run resnet50 --workers 2 --colocate \\
-      --launcher torchrun --out run.json
+EPILOG = """examples:
+  scalelab run resnet18 --input-shape 3,64,64 --num-classes 10 --workers 2 --ps 1 --steps 20
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --ps 2 --mode async
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
+  scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
+  scalelab run resnet18 --workers 2 --ps 1 --checkpoint-dir ckpt --checkpoint-every 10 --resume
+  torchrun --nnodes 2 --nproc-per-node 2 --node-rank 0 --master-addr HOST --master-port 29500 \\
+      -m scalelab run resnet18 --workers 2 --ps 2 --colocate --launcher torchrun
+
+ranks: workers are ranks 0..W-1 and servers W..W+P-1; with --colocate they alternate
+(worker 0, server 0, worker 1, server 1, ...) so server k runs beside worker k.
 """
 
 
 def register(subparsers) -> None:
+    from scalelab.cli import HelpFormatter
+
     p = subparsers.add_parser(
-        "run", help="train data-parallel for real (parameter server or DDP) and time it",
-        description="Train MODEL with W workers on torch.distributed (Gloo) and measure the "
-                    "data wait, forward+backward, push, server apply, pull and step time.",
-        epilog=EXAMPLES, formatter_class=HelpFormatter)
+        "run", help="train data-parallel for real (parameter servers or all-reduce) and measure",
+        description="Train MODEL data-parallel on torch.distributed (Gloo) with sharded "
+        "parameter servers (sync or async) or DDP, timing every phase of the step.",
+        epilog=EPILOG, formatter_class=HelpFormatter)
     add_workload_options(p)
-    p.add_argument("--workers", type=int, required=True, metavar="W")
+    p.add_argument("--workers", type=int, required=True, metavar="W", help="data-parallel workers")
     p.add_argument("--ps", type=int, default=None, metavar="P",
                    help="parameter servers (default 1, or W with --colocate)")
     p.add_argument("--architecture", choices=["ps", "allreduce"], default="ps")
@@ -39,39 +40,34 @@ def register(subparsers) -> None:
                    help="per-worker minibatch (default 32)")
     p.add_argument("--steps", type=positive_int, default=20, metavar="N")
     p.add_argument("--warmup-steps", type=int, default=2, metavar="N",
-                   help="steps left out of the statistics (default 2)")
-    p.add_argument("--partition", choices=["balanced", "tensor"], default="balanced")
+                   help="steps left out of the medians (default 2)")
+    p.add_argument("--partition", choices=["balanced", "tensor"], default="balanced",
+                   help="even contiguous chunks, or whole tensors placed greedily")
     p.add_argument("--piece-size", type=bytes_arg, default=None, metavar="BYTES",
-                   help="cut shards into messages of at most this size (e.g. 1MiB)")
-    p.add_argument("--no-overlap", action="store_true",
-                   help="push gradients after backward instead of as each one is ready")
-    p.add_argument("--colocate", action="store_true",
-                   help="a server on every worker host (P = W)")
-    p.add_argument("--emulate-network", metavar="RATE", default=None,
-                   help="run every host in its own network namespace shaped to RATE (1gbit)")
+                   help="split shards into messages of this size (sync; e.g. 4MB)")
+    p.add_argument("--colocate", action="store_true", help="a server on every worker host")
+    p.add_argument("--emulate-network", default=None, metavar="RATE",
+                   help="one network namespace per host, links shaped to RATE (e.g. 1gbit)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
-                   help="seconds any wait may take before the run fails (default 60)")
-    p.add_argument("--checkpoint-dir", metavar="D")
-    p.add_argument("--checkpoint-every", type=positive_int, metavar="K")
-    p.add_argument("--resume", action="store_true")
+                   help="seconds any wait may take before the job fails (default 60)")
+    p.add_argument("--checkpoint-dir", default=None, metavar="D")
+    p.add_argument("--checkpoint-every", type=positive_int, default=None, metavar="K")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", metavar="PATH", help="image folder (ImageFolder layout)")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="torch threads per rank (default: cores / ranks)")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="image folder (PATH/<class>/<image>); synthetic data by default")
     p.add_argument("--launcher", choices=["local", "torchrun"], default="local")
-    p.add_argument("--out", metavar="run.json", default=None)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                   help="torch threads per worker (default: cores / workers)")
+    p.add_argument("--out", default="run.json", help="run.json path (default run.json)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true", help="print run.json to stdout")
     p.set_defaults(func=run)
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args):
     from scalelab.runner import RunConfig
 
-    log_dir = None
-    if args.out:
-        base, _ = os.path.splitext(args.out)
-        log_dir = base + ".ranks"
     return RunConfig(
         workload=workload_from_args(args), workers=args.workers, ps=args.ps,
         architecture=args.architecture, mode=args.mode, batch_size=args.batch_size,
@@ -80,87 +76,62 @@ def config_from_args(args: argparse.Namespace):
         emulate_network=args.emulate_network, timeout_s=args.timeout,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, seed=args.seed, data=args.data, launcher=args.launcher,
-        threads=args.threads, overlap=not args.no_overlap, log_dir=log_dir,
-    )
+        threads=args.threads)
 
 
-def _print_summary(out: dict) -> None:
+def _fmt(v, scale=1e3, unit="ms"):
+    return "-" if v is None else f"{v * scale:.2f} {unit}"
+
+
+def _table(result: dict):
     from rich.table import Table
 
-    from scalelab.cli._common import console
-
-    t = Table(title="scalelab run", show_header=True)
-    for col in ("phase", "median s", "p10 s", "p90 s"):
-        t.add_column(col, justify="right" if col != "phase" else "left")
-    for ph, v in out["steps"].items():
-        if v:
-            t.add_row(ph, f"{v['median']:.4f}", f"{v['p10']:.4f}", f"{v['p90']:.4f}")
-    console.print(t)
-    sps = out.get("samples_per_s")
-    bw = out.get("achieved_bandwidth_Bps")
-    console.print(f"samples/s {sps:.1f}" if sps else "samples/s -",
-                  f"  exchange bandwidth {bw / 1e6:.1f} MB/s" if bw else "",
-                  f"  final_param_checksum {out['final_param_checksum']:.10g}")
+    t = Table(title="scalelab run")
+    t.add_column("phase")
+    t.add_column("median", justify="right")
+    t.add_column("p10..p90", justify="right")
+    for name, s in result["steps"].items():
+        if s:
+            t.add_row(name, _fmt(s["median"]), f"{_fmt(s['p10'])} .. {_fmt(s['p90'])}")
+    return t
 
 
-def run(args: argparse.Namespace) -> int:
-    import json
-
+def run(args) -> int:
+    from scalelab.cli._common import console, err_console
     from scalelab.results import write_json
     from scalelab.runner import run_training
 
-    config = config_from_args(args)
-    if config.launcher == "torchrun":
-        return _run_torchrun(config, args)
-    if args.quiet or args.json:
-        out = run_training(config)
+    cfg = config_from_args(args)
+    out = Path(args.out) if args.out else None
+    ranks_path = out.with_name(out.stem + ".ranks.jsonl") if out else None
+    show = not args.quiet and sys.stderr.isatty()
+    if show:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        bar = Progress("[progress.description]{task.description}", BarColumn(),
+                       MofNCompleteColumn(), TimeRemainingColumn(), console=err_console,
+                       transient=True)
+        with bar:
+            task = bar.add_task("training", total=cfg.steps)
+
+            def progress(rec):
+                if rec.get("type") == "step":
+                    loss = rec.get("loss")
+                    bar.update(task, completed=rec["step"] + 1,
+                               description=f"training (loss {loss:.4f})" if loss else "training")
+
+            result = run_training(cfg, progress=progress, ranks_path=ranks_path)
     else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        from scalelab.cli._common import err_console
-
-        with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[info]}"), console=err_console,
-                      transient=True) as bar:
-            task = bar.add_task("run", total=config.steps - config.start_step, info="")
-
-            def progress(done, total, line):
-                bar.update(task, completed=done, total=total,
-                           info=f"step {line.get('step_s', 0):.3f} s")
-
-            out = run_training(config, progress=progress)
-    if args.out:
-        write_json(args.out, "run", out)
+        result = run_training(cfg, ranks_path=ranks_path)
+    if not result:  # a torchrun rank other than 0
+        return 0
+    if out:
+        write_json(out, "run", result)
     if args.json:
-        print(json.dumps(out, indent=2))
+        print(json.dumps(result, indent=2))
     elif not args.quiet:
-        _print_summary(out)
-    return 0
-
-
-def _run_torchrun(config, args) -> int:
-    from scalelab.errors import RunFailure, UsageError
-    from scalelab.results import write_json
-    from scalelab.runner import prepare
-    from scalelab.runner.entry import describe_failure, rank_main
-    from scalelab.runner.launch import torchrun_env
-
-    rank, world = torchrun_env()
-    if world != config.world_size:
-        raise UsageError(
-            f"torchrun world size {world} does not match the roles: {config.workers} workers + "
-            f"{config.ps} servers = {config.world_size} ranks"
-        )
-    config = prepare(config)
-    try:
-        out = rank_main(config, rank, world, config.log_dir)
-    except UsageError:
-        raise
-    except Exception as e:  # noqa: BLE001 - one line naming this rank
-        info = describe_failure(config, rank, e)
-        raise RunFailure(f"{info['where']} failed: {info['error']}") from None
-    if out is not None and args.out:
-        write_json(args.out, "run", out)
-    if out is not None and not args.quiet:
-        _print_summary(out)
+        console.print(_table(result))
+        sps = result.get("samples_per_s")
+        console.print(f"samples/s {sps:.1f}  final_param_checksum "
+                      f"{result['final_param_checksum']:.10g}" + (f"  -> {out}" if out else ""))
     return 0

@@ -1,118 +1,137 @@
-"""Real data-parallel training on torch.distributed: parameter server (sync, async) and DDP.
+"""Real data-parallel training on torch.distributed: parameter servers and all-reduce.
 
-Python API::
+Public API::
 
     from scalelab.runner import RunConfig, run_training
-    from scalelab.workload import WorkloadSpec
+    result = run_training(RunConfig(workload=spec, workers=2, ps=1, steps=20))
+    # result is the content of run.json (scalelab.run/1)
 
-    run = run_training(RunConfig(WorkloadSpec("resnet18", input_shape=(3, 32, 32)),
-                                 workers=2, ps=1, batch_size=8, steps=10))
-    run["steps"]["step_s"]["median"], run["final_param_checksum"]
-
-``run_training`` returns the content of ``run.json`` (``scalelab.run/1``).
+With ``launcher="local"`` (default) this starts one process per rank on this machine (on an
+emulated network when ``emulate_network`` is set) and waits for them; with
+``launcher="torchrun"`` the calling process is one rank of a torchrun job and rank 0 gets
+the result (other ranks get ``{}``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
-from scalelab.errors import UsageError
+from scalelab.errors import RunFailure, UsageError
 from scalelab.runner.config import RunConfig
-from scalelab.runner.launch import RankSpec, launch_local
 
-__all__ = ["RunConfig", "run_training", "prepare"]
+__all__ = ["RunConfig", "run_training"]
 
 
-def prepare(config: RunConfig) -> RunConfig:
-    """Check what can be checked before starting processes; resolve the resume step."""
-    import dataclasses
-
+def _precheck_checkpoints(cfg: RunConfig) -> None:
     from scalelab.runner import checkpoint
-    from scalelab.runner.partition import make_partition
 
-    with _meta_model(config) as params:
-        shapes = [tuple(p.shape) for p in params]
-        if config.architecture == "ps":
-            elem = params[0].element_size() if params else 4
-            piece = max(1, config.piece_bytes // elem) if config.piece_bytes else None
-            make_partition([p.numel() for p in params], config.ps, config.partition, piece)
-    if config.data:
-        from scalelab.runner.data import make_data
+    if not (cfg.resume and cfg.checkpoint_dir and Path(cfg.checkpoint_dir).is_dir()):
+        return
+    import torch
 
-        make_data(config)
-    if config.resume:
-        step = checkpoint.resume_step(config, shapes)
-        config = dataclasses.replace(config, start_step=step)
-    if config.checkpoint_dir:
-        try:
-            Path(config.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UsageError(f"--checkpoint-dir {config.checkpoint_dir}: {e.strerror}") from None
-    return config
+    with torch.device("meta"):
+        model = cfg.workload.build_model(seed=None)
+    checkpoint.check_directory(cfg.checkpoint_dir, checkpoint.identity(cfg, model))
 
 
-class _meta_model:
-    def __init__(self, config):
-        self.config = config
-
-    def __enter__(self):
-        import torch
-
-        try:
-            with torch.device("meta"):
-                model = self.config.workload.build_model(seed=None)
-        except UsageError:
-            raise
-        except Exception:  # noqa: BLE001 - models that cannot be built on meta
-            model = self.config.workload.build_model(seed=None)
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise UsageError(f"model {self.config.workload.model!r} has no trainable parameters")
-        return params
-
-    def __exit__(self, *exc):
-        return False
-
-
-def run_training(config: RunConfig, progress=None) -> dict:
-    """Run ``config`` with the local launcher; returns the run.json content.
-
-    ``progress(done_steps, total_steps, line)`` is called with worker 0's step lines.
-    With ``config.log_dir`` the per-rank JSON lines (``rank-<r>.jsonl``) are kept there.
-    With ``config.emulate_network`` every rank runs inside its own emulated host.
-    """
-    config = prepare(config)
-    keep = config.log_dir is not None
-    log_dir = Path(config.log_dir) if keep else Path(tempfile.mkdtemp(prefix="scalelab-run-"))
-    try:
-        if config.emulate_network:
-            return _run_emulated(config, log_dir, progress)
-        ranks = [RankSpec(r) for r in range(config.world_size)]
-        out = launch_local(config, log_dir, ranks, progress=progress)
-    finally:
-        if not keep:
-            shutil.rmtree(log_dir, ignore_errors=True)
-    if keep:
-        out["rank_logs"] = str(log_dir)
-    return out
-
-
-def _run_emulated(config: RunConfig, log_dir: Path, progress) -> dict:
+def _open_network(cfg: RunConfig, stack: ExitStack):
     try:
         from scalelab import netem
     except ImportError:
-        raise UsageError("--emulate-network: this scalelab has no emulated networks") from None
-    rate_bps = netem.parse_rate(config.emulate_network)
+        raise UsageError("emulated networks are not available in this installation") from None
     netem.check_available()
-    with netem.emulated_network(config.num_hosts, rate_bps) as net:
-        ranks = []
-        for r in range(config.world_size):
-            h = config.host_of(r)
-            ranks.append(RankSpec(r, prefix=net.exec_prefix(h),
-                                  env={"GLOO_SOCKET_IFNAME": net.hosts[h].ifname}))
-        out = launch_local(config, log_dir, ranks, master_addr=net.hosts[0].ip,
-                           progress=progress)
-    out["network"] = {"rate_bps": rate_bps, "hosts": len(net.hosts)}
-    return out
+    netem.parse_rate(cfg.emulate_network)
+    return stack.enter_context(netem.emulated_network(cfg.num_hosts, cfg.emulate_network))
+
+
+def _write_ranks(path, workdir: Path, world_size: int) -> None:
+    from scalelab.results import write_text_atomic
+
+    lines = []
+    for r in range(world_size):
+        f = workdir / f"rank-{r}.jsonl"
+        if f.exists():
+            lines.append(f.read_text())
+    write_text_atomic(path, "".join(lines))
+
+
+def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
+    """Train as ``config`` says and return the run (the content of run.json).
+
+    ``progress(record)`` is called with each step line of worker 0 as it arrives.
+    ``ranks_path``: where to write every rank's step lines (JSON lines), if anywhere.
+    Raises UsageError for bad input, RunFailure when a rank fails or the job hangs.
+    """
+    cfg = config
+    if cfg.launcher == "torchrun":
+        return _run_torchrun(cfg, ranks_path)
+    from scalelab.runner.launch import Job, RankSpec, cpu_count
+
+    _precheck_checkpoints(cfg)
+    if cfg.data not in (None, "", "synthetic") and not Path(cfg.data).is_dir():
+        raise UsageError(f"--data {cfg.data}: not a folder")
+    workdir = Path(tempfile.mkdtemp(prefix="scalelab-run-"))
+    try:
+        with ExitStack() as stack:
+            net = _open_network(cfg, stack) if cfg.emulate_network else None
+            config_path = workdir / "config.json"
+            config_path.write_text(json.dumps(cfg.to_dict()))
+            worker_threads = max(1, cpu_count() // cfg.workers)
+            ranks = []
+            for r in range(cfg.world_size):
+                role, _ = cfg.role_of(r)
+                env = {"SCALELAB_THREADS": str(worker_threads if role == "worker" else 1)}
+                prefix: list[str] = []
+                if net is not None:
+                    h = cfg.host_of(r)
+                    prefix = net.exec_prefix(h)
+                    env["GLOO_SOCKET_IFNAME"] = net.hosts[h].ifname
+                else:
+                    env["GLOO_SOCKET_IFNAME"] = "lo"
+                ranks.append(RankSpec(r, cfg.describe_rank(r), prefix, env))
+            job = Job(workdir, config_path, ranks,
+                      master_addr=net.hosts[0].ip if net is not None else "127.0.0.1",
+                      timeout_s=cfg.timeout_s, progress_rank=0)
+            job.start()
+            job.wait(on_line=progress)
+            try:
+                result = json.loads((workdir / "result.json").read_text())
+            except (OSError, ValueError):
+                raise RunFailure("the job ended without a result from rank 0") from None
+            if net is not None:
+                result["network"] = {"rate_bps": net.rate_bps, "hosts": len(net.hosts)}
+            if ranks_path:
+                _write_ranks(ranks_path, workdir, cfg.world_size)
+            return result
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_torchrun(cfg: RunConfig, ranks_path) -> dict:
+    from scalelab.runner.entry import env_rank, run_rank
+
+    if cfg.emulate_network:
+        raise UsageError("--emulate-network needs --launcher local")
+    rank, world_size, _ = env_rank()
+    if not cfg.threads and "SCALELAB_THREADS" not in os.environ:
+        from scalelab.runner.launch import cpu_count
+
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+        os.environ["SCALELAB_THREADS"] = str(max(1, cpu_count() // max(1, local)))
+    workdir = Path(tempfile.mkdtemp(prefix=f"scalelab-rank{rank}-"))
+    try:
+        result = run_rank(cfg, rank, world_size, workdir)
+        if ranks_path:
+            from scalelab.results import write_text_atomic
+
+            p = Path(ranks_path)
+            target = p if rank == 0 else p.with_name(f"{p.stem}.rank{rank}{p.suffix}")
+            write_text_atomic(target, (workdir / f"rank-{rank}.jsonl").read_text())
+        return result or {}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)

@@ -1,65 +1,65 @@
 """The all-reduce baseline: torch DDP on the same model, data, optimizer and batch.
 
-DDP averages gradients with bucketed all-reduce overlapped with backward, so the exchange is
-inside ``compute_s``; ``apply_s`` is the optimizer step every worker runs on the whole model.
-Rank 0 writes checkpoints; on resume every rank loads the same file (a shared directory).
+DDP averages gradients with bucketed all-reduce launched from backward hooks, so the
+exchange overlaps backward and finishes inside ``loss.backward()``: ``compute_s`` here is
+forward + backward + the exposed part of the all-reduce, ``apply_s`` the optimizer step.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from scalelab.runner import checkpoint
-from scalelab.runner.comm import param_checksum
-from scalelab.runner.data import make_data
-from scalelab.runner.timers import maybe_phase
+from scalelab.runner.timers import StepTimer, maybe_phase
 from scalelab.workload import logits_of
 
 
-def run_ddp_worker(ctx) -> dict:
-    cfg, k = ctx.config, ctx.index
-    spec = cfg.workload
-    model = spec.build_model(cfg.seed)
-    model.train()
-    opt = spec.make_optimizer(model.parameters())
-    shapes = [tuple(p.shape) for p in model.parameters() if p.requires_grad]
-    if cfg.start_step:
-        st = checkpoint.load(cfg.checkpoint_dir, "ddp", cfg.start_step)
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["optimizer"])
-    ddp = DistributedDataParallel(model, broadcast_buffers=False)
-    loss_fn = spec.loss_fn()
-    data = make_data(cfg)
-    ident = checkpoint.identity(cfg, shapes)
-    total = cfg.steps - cfg.start_step
-    for step in range(cfg.start_step, cfg.steps):
-        timer = ctx.timer
-        timer.start(step)
+class DDPWorker:
+    def __init__(self, cfg, index: int, model, shards, identity: dict):
+        self.cfg, self.k, self.shards, self.identity = cfg, index, shards, identity
+        self.module = model
+        self.ddp = DistributedDataParallel(model)
+        self.opt = cfg.workload.make_optimizer(self.ddp.parameters())
+        self.loss_fn = cfg.workload.loss_fn()
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.param_bytes = sum(p.numel() * p.element_size() for p in params)
+
+    def resume(self, directory: str) -> int:
+        """Rank 0 reads the newest checkpoint and hands it to every rank; returns its step."""
+        payload = [None]
+        if dist.get_rank() == 0:
+            steps = checkpoint.steps_of(directory, "ddp")
+            if steps:
+                path = checkpoint.path_for(directory, "ddp", max(steps))
+                data = checkpoint.load(path)
+                checkpoint.check_identity(path, data, self.identity)
+                payload = [data]
+        dist.broadcast_object_list(payload, src=0)
+        data = payload[0]
+        if data is None:
+            return 0
+        self.module.load_state_dict(data["model"])
+        self.opt.load_state_dict(data["optimizer"])
+        return int(data["step"])
+
+    def save(self, step: int) -> None:
+        checkpoint.save(self.cfg.checkpoint_dir, "ddp", step, {
+            "identity": self.identity, "step": step,
+            "model": self.module.state_dict(), "optimizer": self.opt.state_dict()})
+
+    def step(self, step: int, timer: StepTimer | None) -> dict:
         with maybe_phase(timer, "data_s"):
-            x, y = data.batch(step, k)
+            x, y = self.shards.shard(step, self.k)
+        self.opt.zero_grad(set_to_none=True)
         with maybe_phase(timer, "compute_s"):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(logits_of(ddp(x)), y)
+            loss = self.loss_fn(logits_of(self.ddp(x)), y)
             loss.backward()
         with maybe_phase(timer, "apply_s"):
-            opt.step()
-        done = step + 1
-        if k == 0 and cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
-            with maybe_phase(timer, "checkpoint_s"):
-                checkpoint.save(cfg.checkpoint_dir, "ddp", done, {
-                    "identity": ident, "step": done,
-                    "model": {n: t.detach().clone() for n, t in model.state_dict().items()},
-                    "optimizer": opt.state_dict(),
-                })
-        ctx.step_done(loss=float(loss.detach()))
-        ctx.progress(done - cfg.start_step, total)
-    params = [p for p in model.parameters() if p.requires_grad]
-    param_bytes = sum(p.numel() * p.element_size() for p in params)
-    result = {"bytes": {"allreduce_bytes": param_bytes}}
-    if k == 0:
-        result["final_param_checksum"] = param_checksum(params)
-        if cfg.final_params_path:
-            flat = torch.cat([p.detach().reshape(-1) for p in params])
-            ctx.save_tensor(cfg.final_params_path, flat)
-    return result
+            self.opt.step()
+        return {"loss": float(loss.detach()), "bytes_reduced": self.param_bytes}
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        return [p for p in self.module.parameters() if p.requires_grad]

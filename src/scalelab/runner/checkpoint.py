@@ -1,16 +1,16 @@
-"""Checkpoints: atomic writes, ``weights_only=True`` loads, a model identity check.
+"""Checkpoints: atomic files, loaded with ``weights_only=True``, checked against the model.
 
-Parameter-server runs: server k writes ``server-<k>-step-<s>.pt`` (its shard, the optimizer
-state of every piece, the step); all-reduce runs: rank 0 writes ``ddp-step-<s>.pt`` (model
-and optimizer state). Each file carries the run's identity (model, shapes, architecture,
-partition); the two newest files per writer are kept, so a run killed while some servers are
-writing resumes from the newest step every writer completed.
+Each owner of state writes ``<dir>/<owner>-step<NNNNNNNN>.pt`` (servers ``ps<k>``, the
+all-reduce job's rank 0 ``ddp``): parameters, optimizer state and the step, through a
+temporary file and a rename, keeping the newest two. A resumed run starts from the
+newest step that every owner has, so a job killed while some servers were still writing
+resumes consistently. Every file carries the model's identity (model, shapes, optimizer,
+layout); a checkpoint of another model is a :class:`~scalelab.errors.UsageError`.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import re
 from pathlib import Path
 
@@ -20,86 +20,76 @@ from scalelab.errors import UsageError
 from scalelab.results import write_text_atomic
 
 KEEP = 2
+_NAME = re.compile(r"^(?P<owner>[a-z]+\d*)-step(?P<step>\d{8})\.pt$")
 
 
-def identity(config, shapes: list[tuple[int, ...]]) -> dict:
-    w = config.workload
-    return {
-        "model": w.model,
-        "input_shape": list(w.input_shape),
-        "num_classes": w.num_classes,
-        "optimizer": w.optimizer,
-        "shapes": [list(s) for s in shapes],
-        "architecture": config.architecture,
-        "ps": config.ps,
-        "partition": config.partition if config.architecture == "ps" else None,
-        "piece_bytes": config.piece_bytes if config.architecture == "ps" else None,
+def identity(cfg, model) -> dict:
+    """What must match for a checkpoint to continue this run."""
+    spec = cfg.workload
+    d = {
+        "model": spec.model,
+        "input_shape": list(spec.input_shape),
+        "num_classes": spec.num_classes,
+        "optimizer": spec.optimizer,
+        "tensors": [[n, list(p.shape)] for n, p in model.named_parameters() if p.requires_grad],
+        "architecture": cfg.architecture,
     }
+    if cfg.architecture == "ps":
+        d["layout"] = [cfg.ps, cfg.partition, cfg.piece_bytes or 0]
+    return d
 
 
-def _writer_names(config) -> list[str]:
-    if config.architecture == "ps":
-        return [f"server-{k}" for k in range(config.ps)]
-    return ["ddp"]
+def path_for(directory: str, owner: str, step: int) -> Path:
+    return Path(directory) / f"{owner}-step{step:08d}.pt"
 
 
-def path_for(directory: str, writer: str, step: int) -> Path:
-    return Path(directory) / f"{writer}-step-{step:08d}.pt"
+def steps_of(directory: str, owner: str) -> set[int]:
+    d = Path(directory)
+    if not d.is_dir():
+        return set()
+    found = set()
+    for f in d.iterdir():
+        m = _NAME.match(f.name)
+        if m and m.group("owner") == owner:
+            found.add(int(m.group("step")))
+    return found
 
 
-def save(directory: str, writer: str, step: int, state: dict) -> Path:
+def save(directory: str, owner: str, step: int, payload: dict) -> Path:
     buf = io.BytesIO()
-    torch.save(state, buf)
-    path = write_text_atomic(path_for(directory, writer, step), buf.getvalue())
-    old = sorted(_steps_of(directory, writer))[:-KEEP]
-    for s in old:
-        try:
-            os.unlink(path_for(directory, writer, s))
-        except OSError:
-            pass
+    torch.save(payload, buf)
+    path = write_text_atomic(path_for(directory, owner, step), buf.getvalue())
+    for old in sorted(steps_of(directory, owner))[:-KEEP]:
+        path_for(directory, owner, old).unlink(missing_ok=True)
     return path
 
 
-def _steps_of(directory: str, writer: str) -> set[int]:
-    pat = re.compile(re.escape(writer) + r"-step-(\d{8})\.pt$")
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return set()
-    return {int(m.group(1)) for n in names if (m := pat.match(n))}
-
-
-def load(directory: str, writer: str, step: int) -> dict:
-    path = path_for(directory, writer, step)
+def load(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - a corrupt or foreign file is the user's input
-        raise UsageError(f"{path}: not a readable scalelab checkpoint: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a damaged or foreign file
+        raise UsageError(f"{path}: not a readable scalelab checkpoint ({e})") from None
 
 
-def resume_step(config, shapes: list[tuple[int, ...]]) -> int:
-    """The newest step every writer checkpointed, after checking the files' identity."""
-    d = config.checkpoint_dir
-    writers = _writer_names(config)
-    common = set.intersection(*(_steps_of(d, w) for w in writers))
-    if not common:
-        found = sorted(n for n in os.listdir(d)) if os.path.isdir(d) else []
-        hint = f" (found {', '.join(found[:4])})" if found else ""
-        raise UsageError(
-            f"--resume: no complete checkpoint for this architecture in {d}{hint}"
-        )
-    step = max(common)
-    want = identity(config, shapes)
-    for w in writers:
-        got = load(d, w, step).get("identity")
-        if got != want:
-            diff = [k for k in want if not got or got.get(k) != want[k]]
-            raise UsageError(
-                f"{path_for(d, w, step)}: checkpoint of another run "
-                f"(differs in {', '.join(diff) or 'format'}: "
-                f"{got.get(diff[0]) if got and diff else '?'} vs {want[diff[0]] if diff else '?'})"
-            )
-    if step >= config.steps:
-        raise UsageError(f"--resume: the checkpoint is at step {step}, --steps {config.steps}: "
-                         "nothing left to run")
-    return step
+def check_identity(path: Path, payload: dict, expected: dict) -> None:
+    found = payload.get("identity") if isinstance(payload, dict) else None
+    if found == expected:
+        return
+    if not isinstance(found, dict):
+        raise UsageError(f"{path}: not a scalelab checkpoint")
+    diffs = [k for k in expected if found.get(k) != expected[k]]
+    what = ", ".join(
+        f"{k} {found.get(k)!r} here vs {expected[k]!r}" if k != "tensors"
+        else "parameter shapes differ" for k in diffs[:3])
+    raise UsageError(f"checkpoint {path} is from another model or layout: {what}")
+
+
+def check_directory(directory: str, expected: dict) -> None:
+    """Reject a checkpoint folder whose newest file belongs to another model (fast pre-check)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return
+    files = sorted((f for f in d.iterdir() if _NAME.match(f.name)), key=lambda f: f.name)
+    if files:
+        path = files[-1]
+        check_identity(path, load(path), expected)

@@ -46,9 +46,6 @@ class RunConfig:
     launcher: str = "local"
     threads: int | None = None
     final_params_path: str | None = None
-    overlap: bool = True
-    log_dir: str | None = None
-    start_step: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -99,13 +96,10 @@ class RunConfig:
             raise UsageError(f"--checkpoint-every must be >= 1, got {self.checkpoint_every}")
         if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
             raise UsageError("--checkpoint-every and --resume need --checkpoint-dir")
-        if (self.checkpoint_every or self.resume) and self.architecture == "ps" \
-                and self.mode == "async":
+        if self.checkpoint_dir and self.architecture == "ps" and self.mode == "async":
             raise UsageError(
                 "checkpoints need --mode sync (asynchronous servers have no common step)"
             )
-        if self.start_step < 0:
-            raise UsageError(f"start step must be >= 0, got {self.start_step}")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be >= 1, got {self.threads}")
 

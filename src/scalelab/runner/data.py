@@ -1,88 +1,90 @@
-"""Input data, sharded per worker with a fixed seed.
+"""Training data, sharded per worker so the union of the shards is one global batch.
 
-The global batch of step ``s`` is the concatenation, in worker order, of every worker's
-shard, so ``W`` workers at batch ``b`` see exactly the samples one process sees at batch
-``W*b`` (:func:`global_batch`).
+Step s of a run with W workers at per-worker batch b has a global batch of W*b samples;
+worker k gets samples ``[k*b, (k+1)*b)`` of it. One process training at batch W*b on
+:func:`global_batch` sees exactly the union of what the W workers saw, which is what the
+runner's correctness tests compare against.
 
-- Synthetic (default): worker k's shard at step s is ``spec.synthetic_batch(b, seed)`` with a
-  seed derived from (run seed, step, k).
-- Image folder (``--data PATH``, torchvision ``ImageFolder`` layout): a permutation of the
-  samples fixed by the run seed and the epoch; global step s takes the next ``W*b`` indices
-  of it and worker k the k-th block of ``b``. Images are resized to the input shape.
+- synthetic: worker k's shard of step s is ``spec.synthetic_batch(b, seed=mix(seed, s, k))``.
+- image folder (``--data PATH``, torchvision ``ImageFolder`` layout ``PATH/<class>/<image>``):
+  a permutation of the images drawn from ``seed`` each epoch; the global batch of step s is
+  positions ``[s*W*b, (s+1)*W*b)`` of the concatenated epochs.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from scalelab.errors import UsageError
+from scalelab.workload import WorkloadSpec
 
 
-def shard_seed(seed: int, step: int, worker: int) -> int:
-    return ((seed * 1_000_003 + step) * 1009 + worker) % (2**63)
+def mix(*values: int) -> int:
+    """A reproducible 63-bit seed from integers (splitmix64 over the values)."""
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = (h ^ (int(v) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+    return h & 0x7FFFFFFFFFFFFFFF
 
 
-class SyntheticData:
-    def __init__(self, spec, batch_size: int, seed: int, workers: int):
-        self.spec, self.batch_size, self.seed, self.workers = spec, batch_size, seed, workers
+class SyntheticShards:
+    def __init__(self, spec: WorkloadSpec, seed: int, workers: int, batch_size: int):
+        self.spec, self.seed, self.workers, self.batch_size = spec, seed, workers, batch_size
 
-    def batch(self, step: int, worker: int):
-        return self.spec.synthetic_batch(self.batch_size, seed=shard_seed(self.seed, step, worker))
+    def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker))
 
 
-class FolderData:
-    def __init__(self, spec, path: str, batch_size: int, seed: int, workers: int):
-        import torchvision
-        from torchvision import transforms
+class ImageFolderShards:
+    def __init__(self, spec: WorkloadSpec, root: str, seed: int, workers: int, batch_size: int):
+        from torchvision import datasets, transforms
 
         if len(spec.input_shape) != 3:
             raise UsageError(f"--data needs an image input shape C,H,W, got {spec.input_shape}")
         c, h, w = spec.input_shape
-        tf = [transforms.Resize((h, w))]
+        if not Path(root).is_dir():
+            raise UsageError(f"--data {root}: not a folder")
+        steps = [transforms.Resize((h, w)), transforms.ToTensor()]
         if c == 1:
-            tf.append(transforms.Grayscale(1))
-        tf.append(transforms.ToTensor())
+            steps.insert(0, transforms.Grayscale(1))
         try:
-            self.dataset = torchvision.datasets.ImageFolder(path, transform=transforms.Compose(tf))
-        except (FileNotFoundError, OSError) as e:
-            raise UsageError(f"--data {path}: {e}") from None
+            self.dataset = datasets.ImageFolder(root, transform=transforms.Compose(steps))
+        except (FileNotFoundError, RuntimeError) as e:
+            raise UsageError(f"--data {root}: {e}") from None
         if len(self.dataset.classes) > spec.num_classes:
             raise UsageError(
-                f"--data {path} has {len(self.dataset.classes)} classes, "
-                f"more than --num-classes {spec.num_classes}"
+                f"--data {root} has {len(self.dataset.classes)} classes, more than "
+                f"--num-classes {spec.num_classes}"
             )
-        self.batch_size, self.seed, self.workers = batch_size, seed, workers
-        self.global_batch = batch_size * workers
-        if len(self.dataset) < self.global_batch:
-            raise UsageError(
-                f"--data {path}: {len(self.dataset)} images, fewer than one global batch "
-                f"({self.global_batch})"
-            )
-        self._perm_epoch, self._perm = -1, None
+        self.seed, self.workers, self.batch_size = seed, workers, batch_size
+        self._perms: dict[int, torch.Tensor] = {}
 
-    def _indices(self, step: int, worker: int) -> list[int]:
-        per_epoch = len(self.dataset) // self.global_batch
-        epoch, pos = divmod(step, per_epoch)
-        if epoch != self._perm_epoch:
-            g = torch.Generator().manual_seed(shard_seed(self.seed, epoch, 7919))
-            self._perm, self._perm_epoch = torch.randperm(len(self.dataset), generator=g), epoch
-        start = pos * self.global_batch + worker * self.batch_size
-        return self._perm[start:start + self.batch_size].tolist()
+    def _index(self, position: int) -> int:
+        n = len(self.dataset)
+        epoch, i = divmod(position, n)
+        if epoch not in self._perms:
+            g = torch.Generator().manual_seed(mix(self.seed, epoch))
+            self._perms = {epoch: torch.randperm(n, generator=g)}
+        return int(self._perms[epoch][i])
 
-    def batch(self, step: int, worker: int):
-        items = [self.dataset[i] for i in self._indices(step, worker)]
-        return torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items])
+    def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        first = (step * self.workers + worker) * self.batch_size
+        items = [self.dataset[self._index(first + i)] for i in range(self.batch_size)]
+        x = torch.stack([it[0] for it in items])
+        y = torch.tensor([it[1] for it in items], dtype=torch.long)
+        return x, y
 
 
-def make_data(config):
-    if config.data:
-        return FolderData(config.workload, config.data, config.batch_size, config.seed,
-                          config.workers)
-    return SyntheticData(config.workload, config.batch_size, config.seed, config.workers)
+def make_shards(spec: WorkloadSpec, data: str | None, seed: int, workers: int, batch_size: int):
+    if data in (None, "", "synthetic"):
+        return SyntheticShards(spec, seed, workers, batch_size)
+    return ImageFolderShards(spec, data, seed, workers, batch_size)
 
 
-def global_batch(config, step: int):
-    """The samples of all workers at ``step``, as one process at batch W*b would see them."""
-    data = make_data(config)
-    parts = [data.batch(step, k) for k in range(config.workers)]
-    return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+def global_batch(shards, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The whole batch of one step: the workers' shards concatenated in worker order."""
+    parts = [shards.shard(step, k) for k in range(shards.workers)]
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])

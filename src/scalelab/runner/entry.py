@@ -1,10 +1,11 @@
 """The per-process entry point: ``python -m scalelab.runner.entry CONFIG.json``.
 
 Reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT),
-joins the Gloo job with the run's timeout, runs this rank's role, gathers every rank's
-summary on rank 0 and leaves the process group on every exit path. A failure is written to
-``rank-<r>.error.json`` in the log folder (one line, and the peer it concerns) and the
-process exits 1.
+joins the Gloo job, plays its role (parameter-server worker or server, or DDP worker),
+streams one JSON line per step to ``<workdir>/rank-<r>.jsonl`` and, on rank 0, writes the
+assembled run to ``<workdir>/result.json``. A failure is written to
+``<workdir>/error-<r>.json`` (one line: what failed and where) and the exit code is 2 for
+bad input, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -12,136 +13,241 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
-from time import perf_counter
 
 import torch
 import torch.distributed as dist
 
-from scalelab.errors import UsageError
-from scalelab.results import write_text_atomic
-from scalelab.runner.comm import PeerError
+from scalelab.errors import RunFailure, UsageError
+from scalelab.runner import checkpoint, report
+from scalelab.runner.comm import CommError
 from scalelab.runner.config import RunConfig
+from scalelab.runner.data import make_shards
+from scalelab.runner.partition import make_layout
 from scalelab.runner.timers import StepTimer
 
 
-class RankContext:
-    """What a role's loop needs: config, its index, the step timer, the JSON lines log."""
+class RankLog:
+    def __init__(self, path: Path | None, base: dict):
+        self.base = base
+        self.records: list[dict] = []
+        self.f = open(path, "a", buffering=1) if path else None  # noqa: SIM115
 
-    def __init__(self, config: RunConfig, rank: int, log_dir: str | None, progress=None):
-        self.config = config
-        self.rank = rank
-        self.role, self.index = config.role_of(rank)
-        self.timer = StepTimer()
-        self.log_dir = Path(log_dir) if log_dir else None
-        self._log = None
-        if self.log_dir:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.log_dir / f"rank-{rank}.jsonl", "a", buffering=1)
-        self._progress = progress
+    def step(self, rec: dict) -> None:
+        rec = {"type": "step", **self.base, **rec}
+        self.records.append(rec)
+        if self.f:
+            self.f.write(json.dumps(rec) + "\n")
 
-    def now(self) -> float:
-        return perf_counter()
-
-    def step_done(self, **extra) -> dict:
-        line = self.timer.finish(**extra)
-        if self._log:
-            self._log.write(json.dumps({"rank": self.rank, "role": self.role,
-                                        "index": self.index, **line}) + "\n")
-        return line
-
-    def progress(self, done: int, total: int) -> None:
-        if self._progress is not None and self.rank == 0:
-            self._progress(done, total)
-
-    def save_tensor(self, path: str, t: torch.Tensor) -> None:
-        import io
-
-        buf = io.BytesIO()
-        torch.save(t.detach().clone(), buf)
-        write_text_atomic(path, buf.getvalue())
-
-    def close(self):
-        if self._log:
-            self._log.close()
-            self._log = None
+    def close(self) -> None:
+        if self.f:
+            self.f.close()
 
 
-def threads_for(config: RunConfig, local_world: int) -> int:
-    if config.threads:
-        return config.threads
-    return max(1, (os.cpu_count() or 1) // max(1, local_world))
-
-
-def rank_main(config: RunConfig, rank: int, world_size: int, log_dir: str | None = None,
-              progress=None) -> dict | None:
-    """Run one rank; returns the run summary on rank 0, ``None`` elsewhere."""
-    from scalelab.runner.allreduce import run_ddp_worker
-    from scalelab.runner.ps import run_server, run_worker
-    from scalelab.runner.summary import build_run
-
-    if world_size != config.world_size:
-        raise UsageError(
-            f"world size {world_size} does not match the roles: {config.workers} workers + "
-            f"{config.ps} servers = {config.world_size} ranks"
-        )
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
-    torch.set_num_threads(threads_for(config, local_world))
-    dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=config.timeout_s))
-    ctx = RankContext(config, rank, log_dir, progress)
-    t0 = perf_counter()
+def env_rank() -> tuple[int, int, int]:
     try:
-        if config.architecture == "allreduce":
-            result = run_ddp_worker(ctx)
-        elif ctx.role == "worker":
-            result = run_worker(ctx)
+        return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                int(os.environ.get("LOCAL_RANK", "0")))
+    except KeyError as e:
+        raise UsageError(
+            f"--launcher torchrun needs torchrun's environment ({e.args[0]} is not set): "
+            "start it with torchrun"
+        ) from None
+    except ValueError as e:
+        raise UsageError(f"malformed torchrun environment: {e}") from None
+
+
+def checksum(params) -> float:
+    return float(sum(p.detach().double().pow(2).sum() for p in params))
+
+
+def _resume_step(cfg: RunConfig, role: str, k: int) -> int:
+    """The newest checkpoint step every server has (0 without checkpoints)."""
+    mine = checkpoint.steps_of(cfg.checkpoint_dir, f"ps{k}") if role == "server" else None
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    sets = [s for s in everyone if s is not None]
+    common = set.intersection(*sets) if sets else set()
+    return max(common, default=0)
+
+
+def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None) -> dict | None:
+    """Play ``rank``'s part in the job; rank 0 returns the assembled run (run.json content)."""
+    if world_size != cfg.world_size:
+        roles = (f"{cfg.workers} workers + {cfg.ps} servers" if cfg.architecture == "ps"
+                 else f"{cfg.workers} workers")
+        raise UsageError(f"world size {world_size} does not match the roles: {roles} "
+                         f"need {cfg.world_size} ranks")
+    role, k = cfg.role_of(rank)
+    threads = cfg.threads or int(os.environ.get("SCALELAB_THREADS", "0") or 0)
+    if role == "server" and not cfg.threads:
+        threads = 1
+    if threads:
+        torch.set_num_threads(threads)
+    t_start = time.perf_counter()
+    dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=cfg.timeout_s))
+    log = RankLog(workdir / f"rank-{rank}.jsonl" if workdir else None,
+                  {"rank": rank, "role": role, "index": k})
+    try:
+        spec = cfg.workload
+        model = spec.build_model(seed=cfg.seed)
+        model.train()
+        ident = checkpoint.identity(cfg, model)
+        summary: dict = {}
+        if cfg.architecture == "allreduce":
+            summary = _run_ddp(cfg, k, model, ident, log)
         else:
-            result = run_server(ctx)
-        summary = {"rank": rank, "role": ctx.role, "index": ctx.index,
-                   "wall_s": perf_counter() - t0, "threads": torch.get_num_threads(),
-                   "steps": ctx.timer.steps, **result}
-        gathered = [None] * world_size if rank == 0 else None
-        dist.gather_object(summary, gathered, dst=0)
-        return build_run(config, gathered) if rank == 0 else None
+            summary = _run_ps(cfg, role, k, model, ident, log)
+        gathered = [None] * world_size
+        dist.gather_object({"rank": rank, "role": role, "index": k, "records": log.records,
+                            "summary": summary}, gathered if rank == 0 else None, dst=0)
+        result = None
+        if rank == 0:
+            result = report.build(cfg, gathered, time.perf_counter() - t_start)
+            if workdir:
+                from scalelab.results import write_text_atomic
+
+                write_text_atomic(workdir / "result.json", json.dumps(result))
+        dist.barrier()
+        return result
     finally:
-        ctx.close()
+        log.close()
         dist.destroy_process_group()
 
 
-def describe_failure(config: RunConfig, rank: int, e: BaseException) -> dict:
-    peer = e.peer if isinstance(e, PeerError) else None
-    text = str(e).strip().splitlines()
-    msg = text[0] if text else type(e).__name__
-    if not isinstance(e, (PeerError, UsageError)):
-        msg = f"{type(e).__name__}: {msg}"
-    return {"rank": rank, "where": config.describe_rank(rank), "peer": peer, "error": msg,
-            "usage": isinstance(e, UsageError)}
+def _steps(cfg, start: int, body, log):
+    for step in range(start, cfg.steps):
+        timer = StepTimer()
+        timer.start_step()
+        extra = body(step, timer)
+        rec = timer.end_step()
+        log.step({**rec, **extra, "step": step, "of": cfg.steps})
+
+
+def _run_ddp(cfg, k, model, ident, log) -> dict:
+    from scalelab.runner.allreduce import DDPWorker
+
+    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size)
+    w = DDPWorker(cfg, k, model, shards, ident)
+    start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
+
+    def body(step, timer):
+        out = w.step(step, timer)
+        if (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
+                and dist.get_rank() == 0):
+            w.save(step + 1)
+        return out
+
+    _steps(cfg, start, body, log)
+    summary = {"resumed_from_step": start, "param_bytes": w.param_bytes}
+    if k == 0:
+        summary["final_param_checksum"] = checksum(w.params)
+        _save_params(cfg, w.module)
+    return summary
+
+
+def _save_params(cfg, model) -> None:
+    if cfg.final_params_path:
+        import io
+
+        from scalelab.results import write_text_atomic
+
+        buf = io.BytesIO()
+        torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, buf)
+        write_text_atomic(cfg.final_params_path, buf.getvalue())
+
+
+def _run_ps(cfg, role, k, model, ident, log) -> dict:
+    from scalelab.runner import ps
+
+    params = ps.trainable(model)
+    elem = params[0].element_size()
+    piece_elems = None
+    if cfg.piece_bytes and cfg.mode == "sync":
+        piece_elems = max(1, cfg.piece_bytes // elem)
+    layout = make_layout([p.numel() for p in params], cfg.ps, cfg.partition, piece_elems)
+    start = _resume_step(cfg, role, k) if cfg.resume else 0
+    if role == "server":
+        server = ps.Server(cfg, k, model, layout, ident, log)
+        if start:
+            path = checkpoint.path_for(cfg.checkpoint_dir, f"ps{k}", start)
+            payload = checkpoint.load(path)
+            checkpoint.check_identity(path, payload, ident)
+            server.load(payload)
+        server.initial_push()
+        if cfg.mode == "async":
+            return server.run_async(cfg.workers * cfg.steps, log.step)
+
+        def body(step, timer):
+            out = server.step_sync(step, timer)
+            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+                ps.save_checkpoint(server, step + 1)
+            return out
+
+        _steps(cfg, start, body, log)
+        return {"shard_bytes": server.shard_bytes}
+    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size)
+    worker = ps.Worker(cfg, k, model, layout, shards, log)
+    worker.initial_pull()
+    _steps(cfg, start, worker.step, log)
+    if cfg.mode == "async":
+        worker.final_pull()
+    worker.close()
+    summary = {"resumed_from_step": start,
+               "param_bytes": sum(p.numel() for p in params) * elem,
+               "shard_fractions": layout.shard_fractions()}
+    if k == 0:
+        summary["final_param_checksum"] = checksum(params)
+        _save_params(cfg, model)
+    return summary
+
+
+def classify(exc: BaseException) -> str:
+    if isinstance(exc, UsageError):
+        return "usage"
+    if isinstance(exc, CommError):
+        return "comm"
+    text = str(exc).lower()
+    if isinstance(exc, RuntimeError) and any(
+            w in text for w in ("gloo", "connection", "timed out", "socket", "peer")):
+        return "comm"
+    return "local"
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, (UsageError, RunFailure, CommError)):
+        return text[:400]
+    return f"{type(exc).__name__}: {text[:400]}"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    cfg_path = Path(argv[0])
-    d = json.loads(cfg_path.read_text())
-    config = RunConfig.from_dict(d)
-    log_dir = d.get("log_dir") or str(cfg_path.parent)
-    rank = int(os.environ["RANK"])
-    world_size = int(os.environ["WORLD_SIZE"])
+    if len(argv) != 1:
+        print("usage: python -m scalelab.runner.entry CONFIG.json", file=sys.stderr)
+        return 2
+    config_path = Path(argv[0])
+    workdir = config_path.parent
+    rank = int(os.environ.get("RANK", "-1"))
     try:
-        result = rank_main(config, rank, world_size, log_dir)
-        if result is not None:
-            write_text_atomic(Path(log_dir) / "result.json", json.dumps(result))
+        cfg = RunConfig.from_dict(json.loads(config_path.read_text()))
+        rank, world_size, _ = env_rank()
+        run_rank(cfg, rank, world_size, workdir)
         return 0
-    except BaseException as e:  # noqa: BLE001 - every failure becomes one line for the launcher
-        info = describe_failure(config, rank, e)
+    except BaseException as e:  # noqa: BLE001 - every failure becomes one line
+        kind = classify(e) if not isinstance(e, KeyboardInterrupt) else "local"
+        err = {"rank": rank, "kind": kind, "error": one_line(e), "time": time.time(),
+               "traceback": traceback.format_exc(limit=8)}
         try:
-            write_text_atomic(Path(log_dir) / f"rank-{rank}.error.json", json.dumps(info))
+            (workdir / f"error-{rank}.json").write_text(json.dumps(err))
         except OSError:
             pass
-        traceback.print_exc(file=sys.stderr)
-        return 2 if info["usage"] else 1
+        print(f"rank {rank}: {err['error']}", file=sys.stderr)
+        return 2 if kind == "usage" else 1
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
-"""The local launcher: one process per rank on 127.0.0.1 (or inside emulated hosts).
+"""The local launcher: one process per rank on this machine, watched until the job ends.
 
-Every rank is ``[prefix...] python -m scalelab.runner.entry CONFIG.json`` with torchrun's
-environment variables set (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT) plus any per-rank variables. Children die with the launcher (PR_SET_PDEATHSIG).
-When a rank fails, every other rank is stopped at once (SIGTERM, then SIGKILL), and the
-failure is reported as one line naming the rank that caused it: a rank that failed on its
-own, or, when ranks timed out waiting, the peer they were waiting for.
+Each rank is ``python -m scalelab.runner.entry CONFIG.json`` with torchrun's environment
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and ``SCALELAB_THREADS``, started
+in its own session with a parent-death signal, optionally behind a command prefix (``ip
+netns exec NS`` on an emulated network) and with extra environment per rank. The launcher
+talks to ranks only through files in the job folder.
+
+When a rank exits with an error, dies, or the job stops making progress, every other rank is
+terminated (SIGTERM, then SIGKILL) and reaped, and the failure is raised naming the rank that
+caused it: a rank that raised or died is preferred over ranks that only lost their peer;
+when all failures are lost peers, the ranks still running are the ones that hung.
 """
 
 from __future__ import annotations
@@ -39,156 +43,214 @@ def _die_with_parent() -> None:
         pass
 
 
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
 @dataclass
 class RankSpec:
     rank: int
+    name: str  # e.g. "rank 1 (worker 1)"
     prefix: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
 
 
-def stop_all(procs: list[subprocess.Popen], grace_s: float = 3.0) -> None:
-    for p in procs:
-        if p.poll() is None:
+@dataclass
+class Job:
+    workdir: Path
+    config_path: Path
+    ranks: list[RankSpec]
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    timeout_s: float = 60.0
+    progress_rank: int = 0
+    procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self) -> None:
+        world = len(self.ranks)
+        port = self.master_port or free_port()
+        for r in self.ranks:
+            env = {**os.environ, "RANK": str(r.rank), "WORLD_SIZE": str(world),
+                   "LOCAL_RANK": str(r.rank), "LOCAL_WORLD_SIZE": str(world),
+                   "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(port),
+                   "PYTHONUNBUFFERED": "1", **r.env}
+            log = open(self.workdir / f"rank-{r.rank}.log", "wb")  # noqa: SIM115
+            cmd = [*r.prefix, sys.executable, "-m", "scalelab.runner.entry",
+                   str(self.config_path)]
             try:
-                p.terminate()
-            except ProcessLookupError:
+                self.procs[r.rank] = subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, preexec_fn=_die_with_parent)
+            except OSError as e:
+                self.stop()
+                raise RunFailure(f"cannot start {r.name}: {e}") from None
+            finally:
+                log.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs.values()]
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Terminate every rank still running, then kill and reap."""
+        alive = [p for p in self.procs.values() if p.poll() is None]
+        for p in alive:
+            _signal_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in alive:
+            try:
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
                 pass
-    deadline = time.monotonic() + grace_s
-    for p in procs:
+        for p in self.procs.values():
+            if p.poll() is None:
+                _signal_group(p, signal.SIGKILL)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _error(self, rank: int) -> dict | None:
+        f = self.workdir / f"error-{rank}.json"
         try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+            return json.loads(f.read_text())
+        except (OSError, ValueError):
+            return None
 
+    def _log_tail(self, rank: int) -> str:
+        try:
+            lines = (self.workdir / f"rank-{rank}.log").read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        lines = [ln.strip() for ln in lines if ln.strip()]
+        return lines[-1][:300] if lines else ""
 
-def _last_line(path: Path) -> str:
-    try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    return lines[-1].strip()[:300] if lines else ""
-
-
-def _blame(config, log_dir: Path, codes: dict[int, int]) -> tuple[str, int]:
-    errors = {}
-    for r in range(config.world_size):
-        f = log_dir / f"rank-{r}.error.json"
-        if f.exists():
+    def _progress_size(self) -> int:
+        total = 0
+        for r in self.ranks:
             try:
-                errors[r] = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError):
+                total += (self.workdir / f"rank-{r.rank}.jsonl").stat().st_size
+            except OSError:
                 pass
-    if any(e.get("usage") for e in errors.values()):
-        e = next(e for e in errors.values() if e.get("usage"))
-        return e["error"], 2
-    # A rank that failed on its own (no peer named, or died without a word) is the cause.
-    own = [r for r, e in errors.items() if e.get("peer") is None]
-    silent = [r for r, c in codes.items() if c not in (0, None) and r not in errors
-              and c != -signal.SIGTERM and c != -signal.SIGKILL]
-    if own:
-        r = own[0]
-        return f"{config.describe_rank(r)} failed: {errors[r]['error']}", 1
-    if silent:
-        r = silent[0]
-        why = _last_line(log_dir / f"rank-{r}.log")
-        return (f"{config.describe_rank(r)} exited with code {codes[r]}"
-                + (f": {why}" if why else "")), 1
-    # Everyone who failed was waiting for someone: follow the chain to a rank that didn't fail.
-    if errors:
-        r = min(errors)
-        seen = set()
-        while r in errors and errors[r].get("peer") not in (None, -1) and r not in seen:
-            seen.add(r)
-            nxt = errors[r]["peer"]
-            if nxt not in errors:
-                return (f"{config.describe_rank(nxt)} stopped responding: "
-                        f"{config.describe_rank(r)} {errors[r]['error']}"), 1
-            r = nxt
-        return f"{config.describe_rank(r)} failed: {errors[r]['error']}", 1
-    return "a rank failed without a message", 1
+        return total
+
+    def wait(self, on_line=None, poll_s: float = 0.05) -> None:
+        """Wait for every rank; on any failure stop them all and raise."""
+        name = {r.rank: r.name for r in self.ranks}
+        tail = _Tail(self.workdir / f"rank-{self.progress_rank}.jsonl")
+        last_size, last_change = -1, time.monotonic()
+        stall_s = 2 * self.timeout_s + 30
+        try:
+            while True:
+                if on_line is not None:
+                    for rec in tail.read():
+                        on_line(rec)
+                codes = {r: p.poll() for r, p in self.procs.items()}
+                failed = {r: c for r, c in codes.items() if c not in (None, 0)}
+                if failed:
+                    self._fail(failed, name)
+                if all(c == 0 for c in codes.values()):
+                    if on_line is not None:
+                        for rec in tail.read():
+                            on_line(rec)
+                    return
+                size = self._progress_size()
+                now = time.monotonic()
+                if size != last_size:
+                    last_size, last_change = size, now
+                elif now - last_change > stall_s:
+                    running = [name[r] for r, c in codes.items() if c is None]
+                    self.stop()
+                    raise RunFailure(
+                        f"the job made no progress for {stall_s:g} s; still running: "
+                        f"{', '.join(running)}")
+                time.sleep(poll_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _fail(self, failed: dict[int, int], name: dict[int, str]) -> None:
+        # give the root cause a moment to surface among ranks that only lost their peer
+        deadline = time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            if any(self._kind(r, c) != "comm" for r, c in failed.items()):
+                break
+            time.sleep(0.05)
+            failed.update({r: p.poll() for r, p in self.procs.items()
+                           if p.poll() not in (None, 0)})
+        running = [r for r, p in self.procs.items() if p.poll() is None]
+        self.stop()
+        causes = sorted(failed, key=lambda r: (self._kind(r, failed[r]) == "comm",
+                                               self._time(r), r))
+        first = causes[0]
+        kind = self._kind(first, failed[first])
+        if kind == "comm" and running:
+            hung = ", ".join(name[r] for r in running)
+            raise RunFailure(
+                f"{hung} stopped responding; {name[first]}: {self._describe(first, failed[first])}")
+        message = f"{name[first]} failed: {self._describe(first, failed[first])}"
+        if kind == "usage":
+            err = self._error(first)
+            raise UsageError(err["error"] if err else message)
+        raise RunFailure(message)
+
+    def _kind(self, rank: int, code: int) -> str:
+        if code is not None and code < 0:
+            return "signal"
+        err = self._error(rank)
+        return err["kind"] if err else "local"
+
+    def _time(self, rank: int) -> float:
+        err = self._error(rank)
+        return err["time"] if err else 0.0
+
+    def _describe(self, rank: int, code: int) -> str:
+        if code < 0:
+            try:
+                sig = signal.Signals(-code).name
+            except ValueError:
+                sig = f"signal {-code}"
+            return f"died (killed by {sig})"
+        err = self._error(rank)
+        if err:
+            return err["error"]
+        return f"exited with code {code}" + (f": {t}" if (t := self._log_tail(rank)) else "")
 
 
-def launch_local(config, log_dir: Path, ranks: list[RankSpec], master_addr: str = "127.0.0.1",
-                 progress=None) -> dict:
-    """Start every rank, watch them, return rank 0's summary or raise RunFailure."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    for f in log_dir.glob("rank-*"):
-        f.unlink()
-    cfg_path = log_dir / "config.json"
-    cfg_path.write_text(json.dumps({**config.to_dict(), "log_dir": str(log_dir)}))
-    port = free_port() if master_addr == "127.0.0.1" else 29500 + os.getpid() % 20000
-    base = dict(os.environ)
-    base["PYTHONPATH"] = os.pathsep.join(
-        [os.getcwd(), *[p for p in sys.path if p], base.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    world = config.world_size
-    procs: list[subprocess.Popen] = []
-    logs = []
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
     try:
-        for spec in ranks:
-            env = {**base, "RANK": str(spec.rank), "WORLD_SIZE": str(world),
-                   "LOCAL_RANK": str(spec.rank), "LOCAL_WORLD_SIZE": str(world),
-                   "MASTER_ADDR": master_addr, "MASTER_PORT": str(port),
-                   "OMP_NUM_THREADS": str(_threads(config, world)), **spec.env}
-            log = open(log_dir / f"rank-{spec.rank}.log", "w")
-            logs.append(log)
-            cmd = [*spec.prefix, sys.executable, "-m", "scalelab.runner.entry", str(cfg_path)]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent))
-        _watch(config, log_dir, procs, progress)
-    finally:
-        stop_all(procs)
-        for log in logs:
-            log.close()
-    try:
-        return json.loads((log_dir / "result.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise RunFailure(f"rank 0 wrote no result: {e}") from None
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            p.send_signal(sig)
+        except ProcessLookupError:
+            pass
 
 
-def _threads(config, world: int) -> int:
-    if config.threads:
-        return config.threads
-    return max(1, (os.cpu_count() or 1) // world)
+class _Tail:
+    """New complete JSON lines of a growing file."""
 
+    def __init__(self, path: Path):
+        self.path, self.pos, self.buf = path, 0, b""
 
-def _watch(config, log_dir: Path, procs, progress) -> None:
-    log0 = log_dir / "rank-0.jsonl"
-    pos = 0
-    total = config.steps - config.start_step
-    done = 0
-    while True:
-        codes = {i: p.poll() for i, p in enumerate(procs)}
-        if progress is not None and log0.exists():
-            with open(log0) as f:
-                f.seek(pos)
+    def read(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
                 chunk = f.read()
-            complete = chunk[: chunk.rfind("\n") + 1]
-            pos += len(complete.encode())
-            for line in complete.splitlines():
-                done += 1
-                try:
-                    progress(done, total, json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-        if any(c not in (None, 0) for c in codes.values()):
-            time.sleep(0.5)  # let the other ranks' error files land
-            codes = {i: p.poll() for i, p in enumerate(procs)}
-            stop_all(procs)
-            msg, code = _blame(config, log_dir, codes)
-            if code == 2:
-                raise UsageError(msg)
-            raise RunFailure(msg)
-        if all(c == 0 for c in codes.values()):
-            return
-        time.sleep(0.05)
-
-
-def torchrun_env() -> tuple[int, int]:
-    """(rank, world size) from torchrun's environment; UsageError when it is missing."""
-    try:
-        return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    except (KeyError, ValueError):
-        raise UsageError(
-            "--launcher torchrun needs RANK and WORLD_SIZE (start it with torchrun)"
-        ) from None
+        except OSError:
+            return []
+        self.pos += len(chunk)
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        out = []
+        for ln in lines:
+            try:
+                out.append(json.loads(ln))
+            except ValueError:
+                pass
+        return out

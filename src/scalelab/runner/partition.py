@@ -1,118 +1,124 @@
-"""Cutting the flattened parameters into server shards and the pieces sent per step.
+"""Cutting the flattened parameters into parameter-server shards and message pieces.
 
-The parameters are concatenated in ``model.parameters()`` order into one flat vector of
-``total_numel`` elements. A :class:`Partition` is a list of :class:`Piece` s, each a
-contiguous range of that vector owned by one server; a piece is the unit of one
-point-to-point message (its index is the message tag).
+The parameters, flattened in ``model.parameters()`` order, form one vector of ``n``
+elements. A :class:`Layout` gives every server k a shard: a list of ``(start, end)``
+segments of that vector, which the server stores as one contiguous buffer.
 
-- ``balanced``: server k owns the contiguous chunk ``[k*N//P, (k+1)*N//P)``, optionally cut
-  into pieces of at most ``piece_numel`` elements (so a worker can send the part of a chunk
-  backward has finished while the rest is still being computed).
-- ``tensor``: whole tensors, largest first, each onto the least-loaded server (ties to the
-  lowest index), the placement of framework parameter-server strategies; loads agree with
-  :func:`scalelab.theory.sharding.greedy_whole_tensor`. Each tensor is one piece, or several
-  of at most ``piece_numel`` elements.
+- ``balanced``: server k owns ``[k*n//P, (k+1)*n//P)`` (even contiguous chunks).
+- ``tensor``: whole tensors, largest first, each to the least-loaded server (what framework
+  parameter-server strategies do); one large tensor can dominate a server.
+
+Each shard is then cut into pieces of at most ``piece_elems`` elements (one message each),
+so a worker can send a piece as soon as backward has produced every gradient it covers and
+a server can apply and return a piece while later pieces are still arriving.
 """
 
 from __future__ import annotations
 
-import bisect
-import heapq
-from dataclasses import dataclass
-from itertools import accumulate
-
-from scalelab.errors import UsageError
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
 class Piece:
-    index: int
+    """One message: ``[offset, offset+numel)`` of server ``server``'s shard buffer."""
+
+    index: int  # unique over the layout; used as the message tag
     server: int
-    start: int
-    end: int
-    tensors: tuple[int, ...]  # indices of the parameter tensors the range overlaps
+    offset: int
+    numel: int
+    # (tensor index, start within the tensor, end within the tensor, offset in the shard)
+    copies: tuple[tuple[int, int, int, int], ...] = field(default=())
 
     @property
-    def numel(self) -> int:
-        return self.end - self.start
+    def tensors(self) -> tuple[int, ...]:
+        return tuple(sorted({c[0] for c in self.copies}))
 
 
 @dataclass(frozen=True)
-class Partition:
-    kind: str
-    num_servers: int
-    offsets: tuple[int, ...]  # start of every tensor in the flat vector, plus the total
+class Layout:
+    tensor_numels: tuple[int, ...]
+    shards: tuple[tuple[tuple[int, int], ...], ...]  # per server: global (start, end) segments
     pieces: tuple[Piece, ...]
 
     @property
-    def total_numel(self) -> int:
-        return self.offsets[-1]
+    def num_servers(self) -> int:
+        return len(self.shards)
 
-    def server_pieces(self, k: int) -> list[Piece]:
+    def shard_numel(self, k: int) -> int:
+        return sum(e - s for s, e in self.shards[k])
+
+    @property
+    def total_numel(self) -> int:
+        return sum(self.tensor_numels)
+
+    def shard_fractions(self) -> list[float]:
+        n = self.total_numel
+        return [self.shard_numel(k) / n if n else 0.0 for k in range(self.num_servers)]
+
+    def pieces_of(self, k: int) -> list[Piece]:
         return [p for p in self.pieces if p.server == k]
 
-    def server_numel(self, k: int) -> int:
-        return sum(p.numel for p in self.pieces if p.server == k)
+    def send_order(self, k: int) -> list[Piece]:
+        """Pieces of server k in the order backward completes them (last tensors first)."""
+        return sorted(self.pieces_of(k), key=lambda p: (-min(p.tensors), p.offset))
 
-    def pieces_of_tensor(self) -> list[list[int]]:
-        out: list[list[int]] = [[] for _ in range(len(self.offsets) - 1)]
-        for p in self.pieces:
-            for t in p.tensors:
-                out[t].append(p.index)
+
+def _balanced(n: int, num_servers: int) -> list[list[tuple[int, int]]]:
+    bounds = [k * n // num_servers for k in range(num_servers + 1)]
+    return [[(bounds[k], bounds[k + 1])] if bounds[k + 1] > bounds[k] else []
+            for k in range(num_servers)]
+
+
+def _tensor_greedy(numels: list[int], num_servers: int) -> list[list[tuple[int, int]]]:
+    starts = [sum(numels[:i]) for i in range(len(numels))]
+    load = [0] * num_servers
+    owned: list[list[int]] = [[] for _ in range(num_servers)]
+    for i in sorted(range(len(numels)), key=lambda i: (-numels[i], i)):
+        k = min(range(num_servers), key=lambda k: (load[k], k))
+        owned[k].append(i)
+        load[k] += numels[i]
+    return [[(starts[i], starts[i] + numels[i]) for i in sorted(ids)] for ids in owned]
+
+
+def make_layout(
+    tensor_numels: list[int], num_servers: int, partition: str = "balanced",
+    piece_elems: int | None = None,
+) -> Layout:
+    """Place ``tensor_numels`` (in parameter order) on ``num_servers`` servers."""
+    assert num_servers >= 1
+    numels = [int(n) for n in tensor_numels]
+    n = sum(numels)
+    if partition == "balanced":
+        shards = _balanced(n, num_servers)
+    elif partition == "tensor":
+        shards = _tensor_greedy(numels, num_servers)
+    else:
+        raise ValueError(f"unknown partition {partition!r}")
+    starts = [sum(numels[:i]) for i in range(len(numels))]
+
+    def copies_for(seg_start: int, seg_end: int, shard_offset: int):
+        out = []
+        for t, (ts, tn) in enumerate(zip(starts, numels, strict=True)):
+            a, b = max(seg_start, ts), min(seg_end, ts + tn)
+            if a < b:
+                out.append((t, a - ts, b - ts, shard_offset + (a - seg_start)))
         return out
 
-    def describe(self) -> dict:
-        return {
-            "kind": self.kind,
-            "num_servers": self.num_servers,
-            "pieces": len(self.pieces),
-            "server_numel": [self.server_numel(k) for k in range(self.num_servers)],
-        }
-
-
-def _split(start: int, end: int, piece_numel: int | None) -> list[tuple[int, int]]:
-    if not piece_numel:
-        return [(start, end)]
-    return [(s, min(s + piece_numel, end)) for s in range(start, end, piece_numel)]
-
-
-def _finish(kind, num_servers, offsets, ranges) -> Partition:
-    ranges.sort()
-    pieces = []
-    for i, (start, end, k) in enumerate(ranges):
-        first = bisect.bisect_right(offsets, start) - 1
-        last = bisect.bisect_left(offsets, end) - 1
-        tensors = tuple(t for t in range(first, last + 1) if offsets[t] < offsets[t + 1])
-        pieces.append(Piece(i, k, start, end, tensors))
-    return Partition(kind, num_servers, tuple(offsets), tuple(pieces))
-
-
-def make_partition(
-    numels: list[int], num_servers: int, kind: str = "balanced", piece_numel: int | None = None
-) -> Partition:
-    """Partition tensors of ``numels`` elements over ``num_servers`` servers."""
-    if num_servers < 1:
-        raise UsageError(f"need at least one server, got {num_servers}")
-    offsets = [0, *accumulate(numels)]
-    total = offsets[-1]
-    ranges: list[tuple[int, int, int]] = []
-    if kind == "balanced":
-        if total < num_servers:
-            raise UsageError(f"{total} parameters cannot be shared by {num_servers} servers")
-        for k in range(num_servers):
-            lo, hi = k * total // num_servers, (k + 1) * total // num_servers
-            ranges += [(s, e, k) for s, e in _split(lo, hi, piece_numel)]
-    elif kind == "tensor":
-        sized = [t for t in range(len(numels)) if numels[t] > 0]
-        if len(sized) < num_servers:
-            raise UsageError(
-                f"--partition tensor: {len(sized)} tensors cannot fill {num_servers} servers"
-            )
-        heap = [(0, k) for k in range(num_servers)]
-        for t in sorted(sized, key=lambda t: (-numels[t], t)):
-            load, k = heapq.heappop(heap)
-            heapq.heappush(heap, (load + numels[t], k))
-            ranges += [(s, e, k) for s, e in _split(offsets[t], offsets[t + 1], piece_numel)]
-    else:
-        raise UsageError(f"unknown partition {kind!r} (balanced or tensor)")
-    return _finish(kind, num_servers, offsets, ranges)
+    pieces: list[Piece] = []
+    for k, segs in enumerate(shards):
+        # the shard buffer is the concatenation of its segments
+        seg_offsets, off = [], 0
+        for s, e in segs:
+            seg_offsets.append(off)
+            off += e - s
+        shard_n = off
+        step = piece_elems if piece_elems else max(shard_n, 1)
+        for p_off in range(0, shard_n, step):
+            p_end = min(p_off + step, shard_n)
+            copies = []
+            for (s, e), so in zip(segs, seg_offsets, strict=True):
+                a, b = max(p_off, so), min(p_end, so + (e - s))
+                if a < b:
+                    copies += copies_for(s + (a - so), s + (b - so), a)
+            pieces.append(Piece(len(pieces), k, p_off, p_end - p_off, tuple(copies)))
+    return Layout(tuple(numels), tuple(tuple(s) for s in shards), tuple(pieces))

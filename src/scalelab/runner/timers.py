@@ -1,68 +1,76 @@
-"""Per-phase step timers and their summaries.
+"""Per-phase step timers and the statistics run.json reports.
 
-A :class:`StepTimer` records, per step, the seconds spent in named phases (``data_s``,
-``compute_s``, ``push_s``, ``apply_s``, ``pull_s``) and the whole ``step_s``.
-:func:`maybe_phase` times a block when given a timer and costs nothing (yields ``None``)
-when given ``None``.
+A :class:`StepTimer` records, for each training step, how long each named phase took
+(``data_s``, ``compute_s``, ``push_s``, ...). Code is instrumented with
+``with maybe_phase(timer, "push_s"):``; with ``timer=None`` that is a shared no-op context
+(no clock read, no allocation), so instrumentation that is off costs nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from contextlib import contextmanager
-from time import perf_counter
+import time
+from collections.abc import Iterator
 
-PHASES = ("data_s", "compute_s", "push_s", "apply_s", "pull_s", "step_s")
+_NULL = contextlib.nullcontext()
 
 
 class StepTimer:
-    def __init__(self):
-        self.steps: list[dict] = []
-        self.current: dict | None = None
-        self._t0 = 0.0
+    def __init__(self, sync=None):
+        self.steps: list[dict[str, float]] = []
+        self._current: dict[str, float] | None = None
+        self._sync = sync  # e.g. torch.cuda.synchronize, called before each clock read
 
-    def start(self, step: int) -> None:
-        self.current = {"step": step}
-        self._t0 = perf_counter()
+    def _now(self) -> float:
+        if self._sync is not None:
+            self._sync()
+        return time.perf_counter()
 
-    def add(self, name: str, seconds: float) -> None:
-        self.current[name] = self.current.get(name, 0.0) + seconds
+    def start_step(self) -> None:
+        self._current = {}
+        self._t0 = self._now()
 
-    @contextmanager
-    def phase(self, name: str):
-        t = perf_counter()
-        try:
-            yield self
-        finally:
-            self.add(name, perf_counter() - t)
-
-    def finish(self, **extra) -> dict:
-        self.current["step_s"] = perf_counter() - self._t0
-        self.current.update(extra)
-        self.steps.append(self.current)
-        done, self.current = self.current, None
+    def end_step(self) -> dict[str, float]:
+        assert self._current is not None
+        self._current["step_s"] = self._now() - self._t0
+        done, self._current = self._current, None
+        self.steps.append(done)
         return done
 
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t = self._now()
+        try:
+            yield
+        finally:
+            assert self._current is not None
+            self._current[name] = self._current.get(name, 0.0) + self._now() - t
 
-@contextmanager
+    def add(self, name: str, seconds: float) -> None:
+        assert self._current is not None
+        self._current[name] = self._current.get(name, 0.0) + seconds
+
+
 def maybe_phase(timer: StepTimer | None, name: str):
-    """Time the block into ``timer[name]``; a no-op yielding ``None`` without a timer."""
-    if timer is None:
-        yield None
-        return
-    with timer.phase(name):
-        yield timer
+    """``timer.phase(name)``, or a no-op context when timing is off."""
+    return _NULL if timer is None else timer.phase(name)
 
 
-def spread_of(values: list[float]) -> dict | None:
-    """Median, p10, p90 and spread (p90 - p10) of ``values``; ``None`` when empty."""
-    vals = sorted(v for v in values if v is not None)
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    pos = q * (len(sorted_values) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def summarize(values: list[float]) -> dict[str, float] | None:
+    """``{median, p10, p90, spread, n}``; ``spread`` is p90 - p10. None for no values."""
+    vals = sorted(float(v) for v in values)
     if not vals:
         return None
-    if len(vals) == 1:
-        p10 = p90 = vals[0]
-    else:
-        q = statistics.quantiles(vals, n=10, method="inclusive")
-        p10, p90 = q[0], q[-1]
+    p10, p90 = _quantile(vals, 0.1), _quantile(vals, 0.9)
     return {"median": statistics.median(vals), "p10": p10, "p90": p90,
             "spread": p90 - p10, "n": len(vals)}
