@@ -79,6 +79,7 @@ def main() -> int:
     args = ap.parse_args()
     options = ValidationOptions(steps=args.steps, warmup_steps=2, timeout_s=120)
     t0 = time.perf_counter()
+    load_before = os.getloadavg()
     cases, links, contention = [], {}, []
 
     def show(case):
@@ -114,6 +115,8 @@ def main() -> int:
         "goal": {"median_abs_error": 0.10, "max_abs_error": 0.25},
         "meets_goal": (before["median_abs_error"] <= 0.10 and before["max_abs_error"] <= 0.25),
         "grid_s": grid_s,
+        "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0],
+                              "cores": os.cpu_count()},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, "validation", result)
@@ -124,7 +127,9 @@ def main() -> int:
                                  f"{v['latency_s'] * 1e6:.0f} us" for k, v in links.items()))
     print("contention: " + ", ".join(f"{c['model'].rpartition(':')[2]} {c['architecture']} "
                                      f"W={c['workers']} x{c['factor']:.2f}" for c in contention))
-    print(f"{len(cases)} cases in {grid_s:.0f} s; fitted on {len(fitted)}, held out {len(held)}")
+    print(f"{len(cases)} cases in {grid_s:.0f} s; fitted on {len(fitted)}, held out {len(held)}; "
+          f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+          "cores (other processes on this machine slow compute unpredictably)")
     print(f"held-out |error|, uncalibrated: median {before['median_abs_error']:.1%}, "
           f"max {before['max_abs_error']:.1%}  (goal <= 10%, <= 25%)")
     print(f"held-out |error|, calibrated:   median {after['median_abs_error']:.1%}, "

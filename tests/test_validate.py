@@ -108,33 +108,47 @@ def test_cli_bad_model_and_calibration_file(tmp_path, capsys):
 
 @pytest.mark.netem
 def test_validate_on_an_emulated_network_end_to_end(tmp_path):
-    """Two cases at 500 Mbit/s, one of them marked as fitted by a calibration file."""
+    """One case at 500 Mbit/s, marked as fitted by a calibration that spells the rate apart."""
     cal = tmp_path / "calibration.json"
     write_json(cal, "calibration", {
         "params": ModelParams(overlap=0.2).to_dict(),
         "fitted_cases": [{"workers": 2, "ps": 1, "architecture": "ps", "partition": "balanced",
-                          "batch_size": 4, "rate": "500mbit"}]})
+                          "batch_size": 4, "rate": "0.5gbit"}]})
     out, png = tmp_path / "validation.json", tmp_path / "validation.png"
     proc = subprocess.Popen(
         [sys.executable, "-m", "scalelab", "validate", *TINY, "--grid",
-         "workers=2 architecture=ps,allreduce rate=500mbit batch_size=4", "--steps", "4",
+         "workers=2 ps=1 rate=500mbit batch_size=4", "--steps", "3", "--warmup-steps", "1",
          "--profile-steps", "2", "--calibration", str(cal), "--out", str(out), "--plot",
          str(png)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = proc.communicate(timeout=150)
     assert proc.returncode == 0, stderr
     v = read_json(out, "validation")
-    assert [c["config"]["architecture"] for c in v["cases"]] == ["ps", "allreduce"]
-    for c in v["cases"]:
-        assert c["predicted_step_s"] > 0 and c["measured_step_s"] > 0
-        assert c["error"] == pytest.approx(
-            (c["predicted_step_s"] - c["measured_step_s"]) / c["measured_step_s"])
-        assert c["inputs"]["contention"] > 0
-    assert [c["used_for_fitting"] for c in v["cases"]] == [True, False]
-    assert v["calibration"]["held_out_before"]["cases"] == 1
-    assert v["max_abs_error"] == max(abs(c["error"]) for c in v["cases"])
+    (c,) = v["cases"]
+    assert c["config"] == {"workers": 2, "ps": 1, "architecture": "ps",
+                           "partition": "balanced", "batch_size": 4, "rate": "500mbit"}
+    assert c["predicted_step_s"] > 0 and c["measured_step_s"] > 0
+    assert c["error"] == pytest.approx(
+        (c["predicted_step_s"] - c["measured_step_s"]) / c["measured_step_s"])
+    assert c["inputs"]["contention"] > 0 and c["measured_exchange_s"] is not None
+    assert c["used_for_fitting"] is True
+    assert c["calibrated_step_s"] < c["predicted_step_s"]  # overlap 0.2 hides some exchange
+    assert v["calibration"]["held_out_before"]["cases"] == 0
+    assert v["max_abs_error"] == abs(c["error"])
     link = v["link"]["500mbit"]
     assert abs(link["bandwidth_Bps"] * 8 - 500e6) / 500e6 < 0.10
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "|error| of the step time" in stdout and "not used for fitting (1)" in stdout
+    assert "|error| of the step time" in stdout
+    assert "every case was used for fitting" in stdout
     assert left_by(proc.pid) == []
     json.dumps(v)
+
+
+def test_fitted_cases_match_whatever_the_rate_spelling():
+    from scalelab.validate import config_key
+
+    a = {"workers": 2, "ps": 1, "architecture": "ps", "partition": "balanced",
+         "batch_size": 8, "rate": "1gbit"}
+    assert config_key(a) == config_key({**a, "rate": "1000mbit"})
+    assert config_key(a) != config_key({**a, "ps": 2})
+    ar = {**a, "architecture": "allreduce"}
+    assert config_key(ar) == config_key({**ar, "ps": None, "partition": None})

@@ -12,6 +12,8 @@ on this machine, then run with :func:`scalelab.runner.run_training` and measured
   its cores. The case's W workers are started at once, each timing steps; their median
   compute over the lone one is the contention factor, fed to the planner as
   ``ModelParams.compute_scale`` (times a calibrated ``compute_scale``, 1 by default).
+  Both are measured just before each case (``fresh_profiles``), so that load from other
+  processes on a shared machine weighs on the prediction as it does on the run.
 - **link**: :func:`scalelab.netem.measure_link` on a two-host emulated network of the
   case's rate (bandwidth of one TCP stream, latency from a ping-pong), or the same probe on
   loopback without a rate. Every host's link is shaped, workers and dedicated servers alike,
@@ -123,8 +125,15 @@ def expand(grid: dict[str, list]) -> list[dict[str, Any]]:
 
 
 def config_key(config: dict[str, Any]) -> tuple:
-    """Identity of a case (the grid's keys only), to match fitted and held-out cases."""
-    return tuple((k, config.get(k)) for k in GRID_KEYS)
+    """Identity of a case (the grid's keys only, rates in bits/s), to match fitted cases."""
+    from scalelab import netem
+
+    key = {k: config.get(k) for k in GRID_KEYS}
+    if key["rate"]:
+        key["rate"] = netem.parse_rate(key["rate"])
+    if key["architecture"] == "allreduce":
+        key["ps"] = key["partition"] = None
+    return tuple(key.items())
 
 
 # ---------------------------------------------------------------------------------------
@@ -139,6 +148,7 @@ class ValidationOptions:
     probe_seconds: float = 1.0
     timeout_s: float = 120.0
     seed: int = 0
+    fresh_profiles: bool = True
 
     def __post_init__(self):
         if self.steps < 2:
@@ -202,7 +212,12 @@ def _compute_of(timing: dict, architecture: str) -> float:
 
 
 class Measurements:
-    """Lone profiles, contention factors and links, each measured once and cached."""
+    """Lone profiles, contention factors and links, measured when first needed and cached.
+
+    :meth:`begin_case` forgets the compute measurements (not the links), so that a case's
+    profile and contention are measured in the minute before it runs, under the same load
+    from other processes on this machine; ``profiles`` keeps every one measured.
+    """
 
     def __init__(self, spec: WorkloadSpec, options: ValidationOptions, say=None):
         self.spec, self.options = spec, options
@@ -210,6 +225,12 @@ class Measurements:
         self.lone: dict[tuple[int, int], dict] = {}
         self.crowd: dict[tuple[int, int], list[dict]] = {}
         self.links: dict[str | None, dict] = {}
+        self.profiles: list[dict] = []
+
+    def begin_case(self) -> None:
+        if self.options.fresh_profiles:
+            self.lone.clear()
+            self.crowd.clear()
 
     def lone_timing(self, batch_size: int, threads: int) -> dict:
         key = (batch_size, threads)
@@ -217,6 +238,7 @@ class Measurements:
             self.say(f"profiling batch {batch_size} on {threads} thread(s)")
             self.lone[key] = time_concurrently(self.spec, batch_size, 1, threads,
                                                self.options.profile_steps, self.options.seed)[0]
+            self.profiles.append({"batch_size": batch_size, **self.lone[key]})
         return self.lone[key]
 
     def contended_timings(self, batch_size: int, workers: int) -> list[dict]:
@@ -357,6 +379,7 @@ def run_cases(spec: WorkloadSpec, configs: list[dict[str, Any]], options: Valida
         fitted = {config_key(c) for c in calibration.get("fitted_cases", [])}
     cases = []
     for i, config in enumerate(configs):
+        meas.begin_case()
         inputs = prediction_inputs(config, meas, info)
         pred = predict(inputs)
         say(f"case {i + 1}/{len(configs)}: {describe_config(config)}")
@@ -381,8 +404,7 @@ def run_cases(spec: WorkloadSpec, configs: list[dict[str, Any]], options: Valida
             "achieved_bandwidth_Bps": run.get("achieved_bandwidth_Bps"),
             "steps_timed": run["steps"]["step_s"]["n"],
             "model": spec.model,
-            "one_worker_step_s": meas.lone_timing(config["batch_size"],
-                                                  worker_threads(1))["step_s"],
+            "one_worker_step_s": meas.lone_timing(config["batch_size"], 1)["step_s"],
         }
         if cal_params is not None:
             cal = predict(inputs, cal_params)
@@ -406,14 +428,11 @@ def summarize(spec: WorkloadSpec, cases: list[dict], meas: Measurements,
         **{k: v for k, v in error_summary(cases).items() if k != "cases"},
         "link": {(netem.format_rate(netem.parse_rate(r)) if r else "loopback"): v
                  for r, v in meas.links.items()},
-        "profile": [{"batch_size": b, "threads": t, **v} for (b, t), v in meas.lone.items()],
-        "contention": [{"batch_size": b, "workers": w, "architecture": a,
-                        "factor": meas.contention(b, w, a)}
-                       for (b, w) in meas.crowd for a in sorted(
-                           {c["config"]["architecture"] for c in cases
-                            if (c["config"]["batch_size"], c["config"]["workers"]) == (b, w)})],
-        "one_worker_step_s": {str(b): meas.lone_timing(b, worker_threads(1))["step_s"]
-                              for b in sorted({c["config"]["batch_size"] for c in cases})},
+        "profile": meas.profiles,
+        "contention": [{"batch_size": c["config"]["batch_size"],
+                        "workers": c["config"]["workers"],
+                        "architecture": c["config"]["architecture"],
+                        "factor": c["inputs"]["contention"]} for c in cases],
         "exchange_form": "push-then-pull (half-duplex)",
     }
     if calibration is not None:
@@ -452,7 +471,11 @@ def describe_config(config: dict[str, Any]) -> str:
 
 
 def _speedup_series(validation: dict) -> dict[tuple, list[tuple[int, float, float]]]:
-    """(workers, predicted, measured speedup) per series; speedup over one lone worker."""
+    """(workers, predicted, measured speedup) per series.
+
+    Speedup is samples/s over those of one worker alone on one thread (its whole step,
+    update included): a fixed unit of this machine, whatever threads a case's workers get.
+    """
     series: dict[tuple, list] = {}
     for c in validation["cases"]:
         cfg = c["config"]
@@ -523,7 +546,7 @@ def plot(validation: dict, path: str) -> None:
         ax2.scatter([p[0] for p in pts], [p[2] for p in pts], color=color, s=30, zorder=3)
     ax2.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax2.set_xlabel("workers")
-    ax2.set_ylabel("speedup over one worker")
+    ax2.set_ylabel("speedup over one single-thread worker")
     ax2.set_title("Speedup: predicted (lines), measured (points)")
     ax2.legend(fontsize=6, frameon=False)
     for ax in (ax1, ax2):
