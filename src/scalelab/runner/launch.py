@@ -174,14 +174,28 @@ class Job:
             raise
 
     def _fail(self, failed: dict[int, int], name: dict[int, str]) -> None:
-        # give the root cause a moment to surface among ranks that only lost their peer
-        deadline = time.monotonic() + 1.5
+        # Ranks that only lost a peer fail within their own wait's timeout: give them that
+        # long to surface, so that a rank which raised or died is found, and the ranks still
+        # running afterwards are the ones that hung.
+        deadline = time.monotonic() + min(self.timeout_s, 5.0) + 0.5
         while time.monotonic() < deadline:
             if any(self._kind(r, c) != "comm" for r, c in failed.items()):
+                break
+            if all(p.poll() is not None for p in self.procs.values()):
                 break
             time.sleep(0.05)
             failed.update({r: p.poll() for r, p in self.procs.items()
                            if p.poll() not in (None, 0)})
+        # several ranks still running and everyone who failed only lost a peer: the others
+        # time out in turn until the ones left running are the ones that hang
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            running = [r for r, p in self.procs.items() if p.poll() is None]
+            failed.update({r: p.poll() for r, p in self.procs.items()
+                           if p.poll() not in (None, 0)})
+            if len(running) <= 1 or any(self._kind(r, c) != "comm" for r, c in failed.items()):
+                break
+            time.sleep(0.05)
         running = [r for r, p in self.procs.items() if p.poll() is None]
         self.stop()
         causes = sorted(failed, key=lambda r: (self._kind(r, failed[r]) == "comm",
