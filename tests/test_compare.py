@@ -89,15 +89,17 @@ def test_bad_input_is_one_line_exit_2(capsys, argv, message):
 def test_recommended_is_measured_faster_on_a_communication_bound_network(capsys, tmp_path):
     out, png, html = tmp_path / "compare.json", tmp_path / "compare.png", tmp_path / "r.html"
     code, text, err = _cli(capsys, *TOY, "--workers", "2", "--rate", "100mbit", "--steps", "4",
-                           "--warmup-steps", "1", "--batch-sizes", "16,64", "--no-ablation",
+                           "--warmup-steps", "1", "--batch-sizes", "16", "--no-ablation",
+                           "--reuse-profiles",
                            "--out", str(out), "--plot", str(png), "--quiet")
     assert code == 0, err
     result = read_json(out, "compare")
     steps = result["steps"]
     assert [s["name"] for s in steps] == ["baseline", "recommended"]
     base, rec = steps
-    assert base["config"]["batch_size"] == 16 and base["config"]["ps"] == 1
-    assert base["config"]["partition"] == "tensor"
+    assert base["config"]["batch_size"] == rec["config"]["batch_size"] == 16
+    assert base["config"]["ps"] == 1 and base["config"]["partition"] == "tensor"
+    # one server per worker, even shards: what the planner says for 2 workers on this link
     assert rec["config"]["partition"] == "balanced" and rec["config"]["ps"] == 2
     # the exchange dominates the step at 100 Mbit/s: the model says so, and so does the run
     assert base["predicted"]["bottleneck"].startswith(("network", "shard"))

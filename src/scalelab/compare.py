@@ -164,6 +164,8 @@ class CompareOptions:
     timeout_s: float = 120.0
     seed: int = 0
     link_seconds: float = 1.0
+    profile_steps: int = 4
+    fresh_profiles: bool = True
     target_efficiency: float = 0.8
 
     def __post_init__(self):
@@ -183,6 +185,8 @@ class CompareOptions:
             raise UsageError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
         if not self.timeout_s > 0:
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.profile_steps < 1:
+            raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -233,7 +237,8 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     if o.rate is not None:
         netem.check_available()
     vopts = ValidationOptions(steps=o.steps, warmup_steps=o.warmup_steps,
-                              probe_seconds=o.link_seconds, timeout_s=o.timeout_s, seed=o.seed)
+                              probe_seconds=o.link_seconds, timeout_s=o.timeout_s, seed=o.seed,
+                              fresh_profiles=o.fresh_profiles)
     meas = Measurements(spec, vopts, say)
     link = meas.link(o.rate)
     if not link["bandwidth_Bps"] > 0:
@@ -242,7 +247,7 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     sizes = sorted(set(o.batch_sizes) | {base.batch_size})
     say(f"profiling one device at batch sizes {', '.join(map(str, sizes))}")
     profile = run_profile(spec, ProfileOptions(batch_sizes=sizes, algorithms="none",
-                                               seed=o.seed))
+                                               steps=o.profile_steps, seed=o.seed))
     fitting = {r["batch_size"] for r in profile["batches"]}
     if base.batch_size not in fitting:
         raise UsageError(f"baseline batch {base.batch_size} does not fit the device memory")
@@ -267,6 +272,7 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     for i, ch in enumerate(changes):
         cfg = ch.config
         case = _case(cfg, w, o.rate)
+        meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
         inputs = prediction_inputs(case, meas, info)
         pred = predict(inputs)
         predicted = w * cfg.batch_size / pred.step_s
@@ -320,11 +326,12 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
                                 for r in profile["batches"]],
                     "recommended_batch_size": rec_batch, "param_bytes": inp.param_bytes,
                     "largest_tensor_fraction": max(tb) / sum(tb) if tb else None},
-        "contention": [{"batch_size": b, "workers": n, "factor": meas.contention(b, n, "ps")}
-                       for (b, n) in meas.crowd],
+        "contention": [{"step": s["name"], "batch_size": s["config"]["batch_size"],
+                        "workers": w, "factor": s["inputs"]["contention"]} for s in steps],
         "plan_compute_scale": scale,
         "options": {"steps": vopts.steps, "warmup_steps": vopts.warmup_steps,
                     "one_at_a_time": o.one_at_a_time, "batch_sizes": list(o.batch_sizes),
+                    "fresh_profiles": o.fresh_profiles,
                     "target_efficiency": o.target_efficiency},
         "steps": steps,
         "skipped": skipped,

@@ -53,6 +53,9 @@ def register(subparsers) -> None:
                    help="batch sizes the profile times (default 16,32,64,128)")
     p.add_argument("--no-ablation", action="store_true",
                    help="only the baseline and the recommended configuration")
+    p.add_argument("--reuse-profiles", action="store_true",
+                   help="time compute and contention once per batch size, not before every "
+                   "step (faster; load changes between steps go unseen)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds any wait of a run may take (default 120)")
     p.add_argument("--seed", type=int, default=0)
@@ -105,7 +108,7 @@ def run(args) -> int:
                              steps=args.steps, warmup_steps=args.warmup_steps,
                              batch_sizes=_batch_sizes(args.batch_sizes),
                              one_at_a_time=not args.no_ablation, timeout_s=args.timeout,
-                             seed=args.seed)
+                             seed=args.seed, fresh_profiles=not args.reuse_profiles)
     spec = workload_from_args(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         from scalelab.errors import UsageError
