@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,7 +28,7 @@ from typing import Any
 
 from scalelab import hardware
 from scalelab.errors import UsageError
-from scalelab.results import read_json
+from scalelab.results import read_json, read_toml
 from scalelab.theory import comm, sharding, sizing
 from scalelab.theory import io as theory_io
 
@@ -410,17 +409,7 @@ def load_profile(path: str | Path) -> PlanInput:
 
 def load_workload(path: str | Path) -> PlanInput:
     """A hand-written ``workload.toml`` (DESIGN.md): step_s at batch_size, model or bytes."""
-    where = str(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"{where}: cannot read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{where}: not valid TOML ({e})") from None
-    return workload_from_dict(data, where)
+    return workload_from_dict(read_toml(path), str(path))
 
 
 def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInput:
@@ -586,15 +575,7 @@ def load_cluster(path: str | Path | None = None, overrides: dict[str, Any] | Non
     values: dict[str, Any] = {}
     if path is not None:
         where = str(path)
-        try:
-            with open(path, "rb") as f:
-                values = tomllib.load(f)
-        except FileNotFoundError:
-            raise UsageError(f"{where}: no such file") from None
-        except OSError as e:
-            raise UsageError(f"{where}: cannot read: {e.strerror or e}") from None
-        except tomllib.TOMLDecodeError as e:
-            raise UsageError(f"{where}: not valid TOML ({e})") from None
+        values = read_toml(path)
         unknown = sorted(set(values) - _CLUSTER_KEYS)
         if unknown:
             raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "

@@ -104,3 +104,18 @@ def read_json(path: str | os.PathLike, kind: str) -> dict[str, Any]:
     if found != kind:
         raise UsageError(f"{path}: expected a scalelab {kind} file, found {data['schema']!r}")
     return data
+
+
+def read_toml(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a TOML input file (cluster, workload, baseline); problems are UsageErrors."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror or e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML ({e})") from None
