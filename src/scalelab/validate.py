@@ -173,12 +173,16 @@ def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threa
     """Time ``steps`` training steps in ``processes`` processes at once; one dict each.
 
     Every process builds the model and warms up, then all start timing together (a line on
-    their standard input), so the timed steps overlap.
+    their standard input), so the timed steps overlap. Each runs in a session of its own, as
+    the runner's ranks do, so the scheduler shares the cores between them as in a run.
     """
     cmd = [sys.executable, "-m", "scalelab.validate", "--time-steps",
            json.dumps(spec.to_dict()), str(batch_size), str(threads), str(steps), str(seed)]
+    # each in its own session, as the runner starts its ranks: with the kernel's session
+    # autogroups, processes of one session share one group's CPU time
     procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(processes)]
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for _ in range(processes)]
     try:
         for p in procs:
             line = p.stdout.readline().strip()
