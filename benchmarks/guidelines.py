@@ -6,11 +6,11 @@ parameters, as AlexNet's fc6 holds 62%) and a conv-heavy one (ResNet-18 at 32x32
 with 2 workers on an emulated network, and prints every step's measured speedup over the
 baseline and the prediction error. Writes ``bench-out/guidelines.json``.
 
-    .venv/bin/python benchmarks/guidelines.py            # both models (about 6 minutes)
+    .venv/bin/python benchmarks/guidelines.py            # both models (about 9 minutes at load 8)
     .venv/bin/python benchmarks/guidelines.py --rate 500mbit --steps 6
 
-Needs root and network namespaces (the emulated network). Run from the repository root
-(the AlexNet-like model is reached as ``benchmarks.guidelines:alexnet_like``).
+Needs root and network namespaces (the emulated network). The AlexNet-like model is reached
+as ``benchmarks.guidelines:alexnet_like`` (the script puts the repository on the path).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 from torch import nn
 
@@ -50,7 +51,14 @@ MODELS = {
 }
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
 def main(argv: list[str] | None = None) -> int:
+    # the AlexNet-like factory lives here: every process of the runs must import it
+    sys.path.insert(0, str(ROOT))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     from scalelab.compare import CompareOptions, compare
     from scalelab.results import write_json
     from scalelab.workload import WorkloadSpec
@@ -63,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--warmup-steps", type=int, default=2)
     ap.add_argument("--batch-sizes", default="16,32,64,128")
+    ap.add_argument("--fresh-profiles", action="store_true",
+                    help="time compute and contention again before every step (slower)")
     ap.add_argument("--out", default="bench-out/guidelines.json")
     args = ap.parse_args(argv)
 
@@ -76,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         r = compare(spec, CompareOptions(workers=args.workers, rate=args.rate,
                                          steps=args.steps, warmup_steps=args.warmup_steps,
-                                         batch_sizes=sizes),
+                                         batch_sizes=sizes,
+                                         fresh_profiles=args.fresh_profiles),
                     progress=lambda text: print(f"  [{time.monotonic() - t0:6.1f} s] {text}",
                                                 file=sys.stderr, flush=True))
         r["name"] = name

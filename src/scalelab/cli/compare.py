@@ -85,10 +85,11 @@ def table(result: dict):
     t = Table(title=f"scalelab compare: {result['model']}, {result['workers']} workers, "
                     f"{result.get('rate') or 'loopback'}")
     for name, just in (("step", "left"), ("batch", "right"), ("ps", "right"),
-                       ("partition", "left"), ("predicted samples/s", "right"),
-                       ("measured samples/s", "right"), ("speedup", "right"),
-                       ("predicted speedup", "right"), ("error", "right")):
-        t.add_column(name, justify=just)
+                       ("shards", "left"), ("pred/s", "right"), ("meas/s", "right"),
+                       ("speedup", "right"), ("pred", "right"), ("error", "right")):
+        t.add_column(name, justify=just, no_wrap=True)
+    t.caption = ("samples/s predicted and measured; speedup measured over the baseline, pred "
+                 "the predicted one; error (predicted - measured)/measured")
     for s in result["steps"]:
         c = s["config"]
         t.add_row(s["name"], str(c["batch_size"]), str(c["ps"]), c["partition"],
