@@ -56,12 +56,23 @@ def torchvision_models() -> tuple[str, ...]:
     return tuple(sorted(torchvision.models.list_models(module=torchvision.models)))
 
 
+def _import_from_cwd(module_name: str):
+    """Import a module; the working directory counts as a source root (as ``python -m``)."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
+    return importlib.import_module(module_name)
+
+
 def resolve_factory(model: str):
     """Return ``factory(num_classes) -> nn.Module`` for a model name or import path."""
     if ":" in model:
         module_name, _, attr = model.partition(":")
         try:
-            module = importlib.import_module(module_name)
+            module = _import_from_cwd(module_name)
         except Exception as e:  # noqa: BLE001 - any import failure is the user's input
             raise UsageError(
                 f"model factory {model!r}: cannot import {module_name!r}: {e}"

@@ -71,6 +71,12 @@ def run(args) -> int:
         return 0
     if args.quiet:
         return 0
+    from scalelab.cli.profile import algorithm_table, summary_table
+    from scalelab.results import read_json
+
+    prof = read_json(result.out_dir / "profile.json", "profile")
+    console.print(summary_table(prof))
+    console.print(algorithm_table(prof))
     head = f"advice for {spec.model}" + (" (cached profile)" if result.profile_cached else "")
     console.print(f"[bold]{head}[/bold]")
     for p in result.plans:
