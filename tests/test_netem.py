@@ -63,8 +63,14 @@ def test_nothing_left_after_an_exception():
     assert ours() == []
 
 
+def default_sigint() -> None:
+    """In a child: SIGINT as at an interactive shell (a background job inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_child():
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=default_sigint)
     assert child.stdout.readline().strip() == "ready"
     assert any(n.startswith(f"{netem.PREFIX}{child.pid}x") for n in netem.list_namespaces())
     return child

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from scalelab import netem
-from tests.test_netem import left_by
+from tests.test_netem import default_sigint, left_by
 
 pytestmark = pytest.mark.netem
 
@@ -74,7 +74,7 @@ def test_interrupted_emulated_run_leaves_nothing(tmp_path):
          "--steps", "1000000", "--batch-size", "4", "--emulate-network", "500mbit", "--quiet",
          "--out", str(tmp_path / "run.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "TOY_PID_DIR": str(pid_dir)})
+        env={**os.environ, "TOY_PID_DIR": str(pid_dir)}, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
     while len(_pids(pid_dir)) < 3 and time.monotonic() < deadline and launcher.poll() is None:
         time.sleep(0.1)

@@ -530,6 +530,8 @@ def plot(validation: dict, path: str) -> None:
     if hi / lo > 10:
         ax1.set_xscale("log")
         ax1.set_yscale("log")
+        for axis in (ax1.xaxis, ax1.yaxis):
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax1.set_xlim(lo, hi)
     ax1.set_ylim(lo, hi)
     ax1.set_xlabel("predicted step time (ms)")
