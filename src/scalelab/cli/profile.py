@@ -113,5 +113,7 @@ def run(args) -> int:
                       f"recommended batch: {prof['recommended_batch_size']} (* above: smallest "
                       f"within 5% of the best throughput); computation: "
                       f"{prof['algorithms']['chosen']}")
+        for w in prof.get("warnings", []):
+            err_console.print(f"[yellow]warning:[/yellow] {w}")
         console.print(f"profile written to [bold]{path}[/bold]")
     return 0

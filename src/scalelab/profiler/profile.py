@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ from scalelab.workload import WorkloadSpec, describe
 
 SAFETY_MARGIN = 0.10  # of the device's memory, kept free by the default budget
 PLATEAU_GAIN = 0.05
+BUSY_LOADAVG = 1.0  # 1-minute load average above which a profile is marked as contended
 
 
 @dataclass
@@ -107,6 +109,7 @@ def run_profile(spec: WorkloadSpec, options: ProfileOptions | None = None,
     """Measure ``spec`` on ``options.device``; returns the profile.json content."""
     opts = options or ProfileOptions()
     say = _Progress(progress)
+    load_before = os.getloadavg()[0]
     say("describing the model")
     info = describe(spec)
     budget = opts.memory_budget_bytes or default_budget(opts.device)
@@ -156,7 +159,16 @@ def run_profile(spec: WorkloadSpec, options: ProfileOptions | None = None,
     else:
         io = {"source": "synthetic", "load_s_per_batch": 0.0, "loader_workers_needed": 0}
     env = collect_environment(opts.device)
+    env["loadavg_before"] = load_before
+    env["loadavg_after"] = os.getloadavg()[0]
+    warnings = []
+    if load_before > BUSY_LOADAVG:
+        warnings.append(
+            f"the machine was busy when profiling began (load average {load_before:.1f} on "
+            f"{os.cpu_count()} cores): other processes compete for the cores, so step times "
+            "are slower and noisier than on an idle machine")
     return {
+        "warnings": warnings,
         "environment": env,
         "workload": {
             **spec.to_dict(),

@@ -199,7 +199,8 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     for prof in profiles[:1]:
         add("batch", "Step time and memory against batch size", figures.batch_scaling(prof),
             "Each point is the median of the timed steps after warm-up; the dashed line is the "
-            "memory budget, the dotted one the chosen batch.",
+            "memory budget, the dotted one the chosen batch."
+            + "".join(f" Warning: {w}" for w in prof.get("warnings", [])),
             _profile_table(prof),
             ["batch", "forward", "backward", "optimizer", "step", "samples/s", "peak memory"])
         add("algorithms", "Computation configurations", figures.algorithms(prof),
