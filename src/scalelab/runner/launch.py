@@ -228,7 +228,8 @@ class Job:
                 sig = signal.Signals(-code).name
             except ValueError:
                 sig = f"signal {-code}"
-            return f"died (killed by {sig})"
+            tail = self._log_tail(rank) if sig != "SIGKILL" else ""
+            return f"died (killed by {sig})" + (f": {tail}" if tail else "")
         err = self._error(rank)
         if err:
             return err["error"]
