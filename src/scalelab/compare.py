@@ -32,13 +32,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from scalelab.errors import RunFailure, UsageError
+from scalelab.results import read_toml
 from scalelab.workload import WorkloadSpec
 
 BASELINE: dict[str, Any] = {
@@ -93,17 +93,7 @@ def baseline_config(overrides: dict[str, Any] | None = None, where: str = "basel
 
 def load_baseline(path: str | Path) -> StepConfig:
     """A baseline TOML file (any keys of :data:`BASELINE`) as a :class:`StepConfig`."""
-    where = str(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"{where}: no such file") from None
-    except OSError as e:
-        raise UsageError(f"{where}: cannot read: {e.strerror or e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(f"{where}: not valid TOML ({e})") from None
-    return baseline_config(data, where)
+    return baseline_config(read_toml(path), str(path))
 
 
 @dataclass(frozen=True)
