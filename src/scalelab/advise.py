@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,7 +160,3 @@ def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseR
     say("writing the report")
     report = write_report(files, out / "report.html")
     return AdviseResult(out, report, files, hit, plans, run)
-
-
-def with_batch_sizes(options: ProfileOptions, batch_sizes) -> ProfileOptions:
-    return replace(options, batch_sizes=batch_sizes)

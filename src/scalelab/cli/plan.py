@@ -137,15 +137,9 @@ def build_plan(args):
     return inp, cluster, planner.plan(inp, cluster, options)
 
 
-def _t(seconds: float) -> str:
-    if seconds >= 1:
-        return f"{seconds:.2f}s"
-    if seconds >= 1e-3 or seconds == 0:
-        return f"{seconds * 1e3:.1f}ms"
-    return f"{seconds * 1e6:.3g}us"
-
-
 def _table(plan) -> Table:
+    from scalelab import planner
+
     rows = plan.sweep
     max_g = max(r.gpus for r in rows)
     keep = {1, max_g} | {2 ** k for k in range(20)} | {plan.recommendation.gpus}
@@ -162,7 +156,8 @@ def _table(plan) -> Table:
             t.add_section()
         last = r.architecture
         t.add_row(r.architecture, str(r.gpus), str(r.nodes), str(r.num_ps or "-"),
-                  _t(r.compute_s), _t(r.comm_s), _t(r.io_s), _t(r.step_s),
+                  planner.format_s(r.compute_s), planner.format_s(r.comm_s),
+                  planner.format_s(r.io_s), planner.format_s(r.step_s),
                   f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}", f"{r.efficiency:.2f}",
                   r.bottleneck)
     return t

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from scalelab.environment import collect_environment
@@ -45,7 +45,6 @@ class ProfileOptions:
     max_batch: int | None = None
     max_trials: int = 12
     seed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.device not in ("cpu", "cuda"):

@@ -80,9 +80,9 @@ def _fmt_bytes(n: float | None) -> str:
 
 
 def _fmt_s(s: float | None) -> str:
-    if s is None:
-        return "-"
-    return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.2f} s"
+    from scalelab.planner import format_s
+
+    return "-" if s is None else format_s(s)
 
 
 def _reason_text(r: Any) -> str:
