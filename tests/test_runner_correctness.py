@@ -62,6 +62,7 @@ def test_sync_matches_one_process_at_w_times_b(case, tmp_path):
     checksum = sum(float(p.double().pow(2).sum()) for p in found.values())
     assert result["final_param_checksum"] == pytest.approx(checksum, rel=1e-12)
     assert result["steps"]["step_s"]["n"] == W * (STEPS - 2)
+    assert all(0 < r["cpu_s"] for r in result["per_rank"])
     if kw["architecture"] == "ps":
         assert result["bytes_per_step"]["worker"]["bytes_sent"] == result["param_bytes"]
         assert result["achieved_bandwidth_Bps"] > 0

@@ -1,5 +1,7 @@
 """Shard layouts: every element owned once, pieces bounded, placement as theory.sharding says."""
 
+import time
+
 import pytest
 import torch
 
@@ -79,7 +81,22 @@ def test_timers_and_summary():
     with maybe_phase(timer, "compute_s"):
         pass
     rec = timer.end_step()
-    assert set(rec) == {"compute_s", "step_s"} and rec["step_s"] >= rec["compute_s"] >= 0
+    assert set(rec) == {"compute_s", "step_s", "cpu_s"} and rec["step_s"] >= rec["compute_s"] >= 0
+    assert rec["cpu_s"] >= 0
+
+
+def test_step_cpu_time_tells_busy_from_waiting():
+    timer = StepTimer()
+    timer.start_step()
+    time.sleep(0.1)
+    waiting = timer.end_step()
+    timer.start_step()
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.1:
+        pass
+    busy = timer.end_step()
+    assert waiting["cpu_s"] < 0.25 * waiting["step_s"]
+    assert busy["cpu_s"] > 4 * waiting["cpu_s"] and busy["cpu_s"] > 0.02
     assert maybe_phase(None, "x") is maybe_phase(None, "y")  # off: one shared no-op
     s = summarize([1.0, 2.0, 3.0, 4.0, 100.0])
     assert s["median"] == 3.0 and s["p10"] == pytest.approx(1.4) and s["n"] == 5

@@ -6,8 +6,8 @@ import statistics
 
 from scalelab.runner.timers import summarize
 
-WORKER_PHASES = ("compute_s", "push_s", "apply_s", "pull_s", "data_s", "step_s")
-SERVER_PHASES = ("recv_s", "apply_s", "send_s", "step_s")
+WORKER_PHASES = ("compute_s", "push_s", "apply_s", "pull_s", "data_s", "step_s", "cpu_s")
+SERVER_PHASES = ("recv_s", "apply_s", "send_s", "step_s", "cpu_s")
 
 
 def _timed(records: list[dict], warmup: int) -> list[dict]:

@@ -4,6 +4,11 @@ A :class:`StepTimer` records, for each training step, how long each named phase 
 (``data_s``, ``compute_s``, ``push_s``, ...). Code is instrumented with
 ``with maybe_phase(timer, "push_s"):``; with ``timer=None`` that is a shared no-op context
 (no clock read, no allocation), so instrumentation that is off costs nothing.
+
+Every step also records ``cpu_s``: the CPU time the whole process (all its threads, the
+transport's included) used during the step. Beside ``step_s`` it tells whether a rank was
+busy or waiting, and summed over the ranks of one host, how many of its cores the job kept
+busy.
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ class StepTimer:
     def start_step(self) -> None:
         self._current = {}
         self._t0 = self._now()
+        self._cpu0 = time.process_time()
 
     def end_step(self) -> dict[str, float]:
         assert self._current is not None
         self._current["step_s"] = self._now() - self._t0
+        self._current["cpu_s"] = time.process_time() - self._cpu0
         done, self._current = self._current, None
         self.steps.append(done)
         return done
