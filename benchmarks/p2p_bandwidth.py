@@ -5,6 +5,11 @@ Definitions as in nccl-tests: for point-to-point, bandwidth = bytes / time of on
 all-reduce, ``algbw = bytes / time`` and ``busbw = algbw * 2 (N-1) / N``
 (``scalelab.theory.comm.nccl_bus_bandwidth_Bps``), the rate each link must carry.
 
+``streamed``: the pattern the parameter server uses, every message of a transfer posted at
+once (no wait between messages), on 1 and 2 links at once (rank i sends to rank i+k); the
+figure is the bandwidth of one link while all k carry traffic. On loopback every link
+shares the host's cores, so k links do not carry k times one link's traffic.
+
     python benchmarks/p2p_bandwidth.py --out bench-out/p2p_bandwidth.json
 """
 
@@ -66,11 +71,59 @@ def _allreduce(size: int) -> float:
     return elapsed / iters
 
 
-def _worker(rank: int, world: int, port: int, sizes: list[int], queue) -> None:
+def _streamed(rank: int, links: int, size: int, count: int) -> tuple[float, float]:
+    """Seconds for ``count`` messages of ``size`` bytes on each of ``links`` links at once,
+    and the CPU seconds all ranks used meanwhile (every thread of each process)."""
+    sender = rank < links
+    peer = rank + links if sender else rank - links
+    bufs = [torch.ones(size // 4) for _ in range(count)]
+    for _phase in ("warm", "time"):
+        dist.barrier()
+        t, cpu = time.perf_counter(), time.process_time()
+        op = dist.isend if sender else dist.irecv
+        works = [op(b, peer, tag=2) for b in bufs]
+        for w in works:
+            w.wait()
+        cpu = time.process_time() - cpu
+        dist.barrier()
+        elapsed = time.perf_counter() - t
+    total_cpu = torch.tensor([cpu], dtype=torch.float64)
+    dist.all_reduce(total_cpu)
+    return elapsed, float(total_cpu)
+
+
+def _init(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=120))
+
+
+def _links_worker(rank: int, world: int, port: int, size: int, count: int, queue) -> None:
+    _init(rank, world, port)
+    timing = _streamed(rank, world // 2, size, count)
+    if rank == 0:
+        queue.put(timing)
+    dist.destroy_process_group()
+
+
+def measure_links(links: int, size: int, total_bytes: int = 32 * 2**20) -> dict:
+    """One link's bandwidth while ``links`` links each stream ``total_bytes`` in messages of
+    ``size`` bytes, all posted at once: ``{"per_link_Bps", "busy_cores", "cpu_s_per_byte"}``
+    (``busy_cores``: CPU time of all ranks over the elapsed time)."""
+    count = max(1, total_bytes // size)
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_links_worker, args=(2 * links, free_port(), size, count, queue),
+                       nprocs=2 * links, start_method="spawn", join=True)
+    elapsed, cpu = queue.get()
+    moved = count * size * links
+    return {"per_link_Bps": count * size / elapsed, "busy_cores": cpu / elapsed,
+            "cpu_s_per_byte": cpu / moved}
+
+
+def _worker(rank: int, world: int, port: int, sizes: list[int], queue) -> None:
+    _init(rank, world, port)
     rows = []
     for size in sizes:
         row = {"bytes": size}
@@ -97,6 +150,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-bytes", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=64 * 2**20)
     ap.add_argument("--ranks", default="2,4", help="all-reduce member counts (default 2,4)")
+    ap.add_argument("--stream-bytes", type=int, default=2**20,
+                    help="message size of the streamed measurement (default 1 MiB)")
     ap.add_argument("--out", default="bench-out/p2p_bandwidth.json")
     args = ap.parse_args(argv)
     sizes, s = [], args.min_bytes
@@ -138,6 +193,19 @@ def main(argv=None) -> int:
         result["duplex_ratio"] = big["bidir_bandwidth_Bps"] / big["bandwidth_Bps"]
         print(f"p2p peak {result['p2p_peak_Bps'] / 1e9:.3f} GB/s; both directions at once "
               f"keep {result['duplex_ratio']:.2f}x of it per direction at {big['bytes']} B")
+    size = args.stream_bytes
+    result["streamed"] = []
+    print(f"streamed, {size} B messages all posted at once, 32 MiB per link (best of 3):")
+    for links in (1, 2):
+        best = max((measure_links(links, size) for _ in range(3)),
+                   key=lambda m: m["per_link_Bps"])
+        bw = best["per_link_Bps"]
+        result["streamed"].append({"links": links, "bytes": size, **best,
+                                   "aggregate_Bps": bw * links})
+        print(f"  {links} link(s) at once: {bw / 1e9:.3f} GB/s per link, "
+              f"{bw * links / 1e9:.3f} GB/s in all; {best['busy_cores']:.2f} of "
+              f"{len(os.sched_getaffinity(0))} cores busy, "
+              f"{best['cpu_s_per_byte'] * 2**26 * 1e3:.1f} ms CPU per 64 MiB moved")
     write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     print(f"-> {args.out}")
     return 0
