@@ -35,40 +35,38 @@ def _iters(nbytes: int) -> int:
     return max(3, min(200, int(64e6 // max(nbytes, 1))))
 
 
+def _seconds_per_op(op, iters: int) -> float:
+    """Mean seconds of ``op()`` over ``iters`` calls, after two untimed warm-up calls."""
+    for count in (2, iters):
+        dist.barrier()
+        t = time.perf_counter()
+        for _ in range(count):
+            op()
+        dist.barrier()
+        elapsed = time.perf_counter() - t
+    return elapsed / iters
+
+
 def _p2p(rank: int, size: int, bidir: bool) -> float:
     n = size // 4
     buf_out, buf_in = torch.ones(n), torch.empty(n)
     peer = 1 - rank
-    iters = _iters(size)
-    for phase in ("warm", "time"):
-        count = 2 if phase == "warm" else iters
-        dist.barrier()
-        t = time.perf_counter()
-        for _ in range(count):
-            works = []
-            if rank == 0 or bidir:
-                works.append(dist.isend(buf_out, peer, tag=1))
-            if rank == 1 or bidir:
-                works.append(dist.irecv(buf_in, peer, tag=1))
-            for w in works:
-                w.wait()
-        dist.barrier()
-        elapsed = time.perf_counter() - t
-    return elapsed / iters
+
+    def transfer():
+        works = []
+        if rank == 0 or bidir:
+            works.append(dist.isend(buf_out, peer, tag=1))
+        if rank == 1 or bidir:
+            works.append(dist.irecv(buf_in, peer, tag=1))
+        for w in works:
+            w.wait()
+
+    return _seconds_per_op(transfer, _iters(size))
 
 
 def _allreduce(size: int) -> float:
     buf = torch.ones(size // 4)
-    iters = _iters(size)
-    for phase in ("warm", "time"):
-        count = 2 if phase == "warm" else iters
-        dist.barrier()
-        t = time.perf_counter()
-        for _ in range(count):
-            dist.all_reduce(buf)
-        dist.barrier()
-        elapsed = time.perf_counter() - t
-    return elapsed / iters
+    return _seconds_per_op(lambda: dist.all_reduce(buf), _iters(size))
 
 
 def _streamed(rank: int, links: int, size: int, count: int) -> tuple[float, float]:

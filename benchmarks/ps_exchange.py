@@ -14,7 +14,7 @@ bound assumes (each of P servers moves S_p*W/P bytes each way over its own link)
 - on loopback (default), the point-to-point bandwidth of the transport measured with P
   links streaming at once, in messages of the runner's piece size all posted together
   (``p2p_bandwidth.measure_links``, best of three). All links share the host's cores, so
-  two links carry about what one does; the ratio against one lone link's bandwidth is
+  two links carry far less than twice what one does; the ratio against one lone link's bandwidth is
   printed beside it (``ratio 1 link``).
 - on an emulated network (``--rate RATE``, root): every rank on its own host whose link is
   shaped to RATE both ways; B is the TCP payload rate measured between two such hosts
