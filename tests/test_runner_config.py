@@ -69,3 +69,16 @@ def test_config_errors_are_usage_errors():
         RunConfig(workload=SPEC, workers=2, batch_size=0)
     with pytest.raises(UsageError, match="makes no sense"):
         RunConfig(workload=SPEC, workers=2, ps=2, architecture="allreduce")
+
+
+def test_exchange_form_is_stated_once_per_architecture_and_mode():
+    from scalelab.runner.config import ALLREDUCE_EXCHANGE, ASYNC_EXCHANGE
+    from scalelab.theory.comm import PIPELINED
+
+    spec = SPEC
+    assert RunConfig(workload=spec, workers=2, ps=1).exchange_form == PIPELINED
+    assert RunConfig(workload=spec, workers=2, ps=1, mode="async").exchange_form == ASYNC_EXCHANGE
+    ar = RunConfig(workload=spec, workers=2, architecture="allreduce")
+    assert ar.exchange_form == ALLREDUCE_EXCHANGE
+    assert ar.to_dict()["exchange_form"] == ALLREDUCE_EXCHANGE
+    assert RunConfig.from_dict(ar.to_dict()) == ar

@@ -13,12 +13,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scalelab.errors import UsageError
+from scalelab.theory.comm import PIPELINED
 from scalelab.workload import WorkloadSpec
 
 ARCHITECTURES = ("ps", "allreduce")
 MODES = ("sync", "async")
 PARTITIONS = ("balanced", "tensor")
 LAUNCHERS = ("local", "torchrun")
+
+#: The asynchronous parameter server's exchange: one message per shard, applied by the
+#: server on arrival and answered to that worker alone (no common step, no pipelining).
+ASYNC_EXCHANGE = "asynchronous (one message per shard, applied on arrival)"
+#: DDP's exchange: bucketed ring all-reduce launched from backward hooks.
+ALLREDUCE_EXCHANGE = "ring all-reduce (DDP buckets, overlapping backward)"
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,23 @@ class RunConfig:
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be >= 1, got {self.threads}")
 
+    @property
+    def exchange_form(self) -> str:
+        """The one statement of which exchange form this run's runner has.
+
+        - synchronous parameter server: ``theory.comm.PIPELINED``, the full-duplex pipelined
+          form of :func:`scalelab.theory.comm.ps_pipelined_s`
+          (``max(S_p / B_w, S_p N_w / (N_ps B_ps))``): a worker pushes each piece the moment
+          backward has produced it and pulls it back as soon as its server has applied it,
+          so pushes and pulls cross every link in opposite directions at once
+          (:mod:`scalelab.runner.ps`).
+        - asynchronous parameter server: :data:`ASYNC_EXCHANGE`.
+        - all-reduce: :data:`ALLREDUCE_EXCHANGE` (:func:`scalelab.theory.comm.ring_allreduce_s`).
+        """
+        if self.architecture == "allreduce":
+            return ALLREDUCE_EXCHANGE
+        return ASYNC_EXCHANGE if self.mode == "async" else PIPELINED
+
     # -- ranks and roles --------------------------------------------------------------
     @property
     def world_size(self) -> int:
@@ -141,6 +165,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["workload"] = self.workload.to_dict()
+        d["exchange_form"] = self.exchange_form
         return d
 
     @classmethod
