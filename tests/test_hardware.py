@@ -64,3 +64,51 @@ def test_cli_unknown_name_exits_2(capsys):
     assert main(["hardware", "show", "A99"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "known:" in err
+
+
+def test_devices_people_train_on_have_dense_figures_and_sources():
+    for name in ("K80", "P100-PCIE-16GB", "P100-SXM2-16GB", "V100-PCIE-16GB", "A10", "L40S",
+                 "RTX-4090", "H100-NVL", "B200", "GB200", "MI250X", "MI300X"):
+        d = hardware.device(name)
+        assert d.source and d.fp32_tflops > 0 and d.memory_bandwidth_Bps > 0
+        assert d.memory_bytes > 0 and hardware.link(d.intra_node).bandwidth_Bps > 0
+    # dense, not sparse: B200's 4.5 PFLOPS sparse BF16 is 2.25 dense
+    assert hardware.device("B200").peak_flops("bf16") == pytest.approx(2250e12)
+    assert hardware.device("MI300X").peak_flops("fp16") == pytest.approx(1307.4e12)
+    assert hardware.device("K80").peak_flops("fp16") is None
+    a10g = hardware.device("A10G")  # no vendor datasheet: peaks unknown, never guessed
+    assert a10g.peak_flops("fp32") is None and a10g.memory_bandwidth_Bps is None
+    assert hardware.device("P100-SXM2-16GB").intra_node == "nvlink1"
+
+
+def test_links_and_networks_added():
+    assert hardware.link("nvlink1").bandwidth_Bps == pytest.approx(80e9)
+    assert hardware.link("nvlink5").bandwidth_Bps == pytest.approx(900e9)
+    assert hardware.network("800GbE").gbps == 800.0
+    xdr = hardware.network("XDR")
+    assert xdr.gbps == 800.0 and xdr.payload_gbps == pytest.approx(800 * 0.9937, rel=1e-3)
+    roce = hardware.network("RoCE")
+    assert roce.gbps == 100.0 and roce.payload_gbps == pytest.approx(100 * 4096 / 4178, rel=1e-3)
+
+
+def test_platform_nic_and_cores_where_a_source_says():
+    h100, a100 = hardware.device("H100-SXM"), hardware.device("A100")
+    assert (h100.gpus_per_nic, h100.cpu_cores_per_node) == (1, 112)
+    assert (a100.gpus_per_nic, a100.cpu_cores_per_node) == (1, 128)
+    assert hardware.device("V100").gpus_per_nic == 2
+    assert "DGX" in h100.platform_source
+    assert hardware.device("L4").gpus_per_nic is None  # no platform source: unknown
+
+
+def test_reported_names_match_whole_words():
+    assert hardware.match_device("NVIDIA A10").name == "A10"
+    other = hardware.match_device("NVIDIA A100 80GB HBM2e")
+    assert other is None or other.name != "A10"
+    assert hardware.match_device("NVIDIA GeForce RTX 4090").name == "RTX-4090"
+    assert hardware.match_device("Tesla K80").name == "K80"
+
+
+def test_cli_unknown_name_lists_close_matches(capsys):
+    assert main(["hardware", "show", "B20"]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean" in err and "B200" in err

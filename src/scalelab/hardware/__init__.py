@@ -9,6 +9,7 @@ reported as unknown, never guessed.
 from __future__ import annotations
 
 import difflib
+import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,6 +33,10 @@ class Device:
     memory_bandwidth_Bps: float | None = None
     intra_node: str | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    platform: str | None = None  # the node this device usually comes in (DGX-style)
+    gpus_per_nic: int | None = None  # that platform's GPUs per compute NIC
+    cpu_cores_per_node: int | None = None  # that platform's host CPU cores
+    platform_source: str | None = None
 
     def peak_flops(self, precision: str = "fp32") -> float | None:
         """Dense peak FLOP/s at ``precision``; None when unknown or not supported."""
@@ -146,7 +151,9 @@ def match_device(reported_name: str | None) -> Device | None:
         if key in (n.lower() for n in (entry.name, *entry.aliases)):
             return entry
     for entry in sorted(devices.values(), key=lambda d: -len(d.name)):
-        if entry.name.lower() in key and entry.name != "cpu":
+        # whole words only: "A10" must not match "NVIDIA A100 ..."
+        if entry.name != "cpu" and re.search(
+                rf"(?<![a-z0-9]){re.escape(entry.name.lower())}(?![a-z0-9])", key):
             return entry
     return None
 
