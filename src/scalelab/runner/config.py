@@ -50,6 +50,7 @@ class RunConfig:
     resume: bool = False
     seed: int = 0
     data: str | None = None
+    loader_workers: int = 2
     launcher: str = "local"
     threads: int | None = None
     final_params_path: str | None = None
@@ -107,6 +108,8 @@ class RunConfig:
             raise UsageError(
                 "checkpoints need --mode sync (asynchronous servers have no common step)"
             )
+        if self.loader_workers < 0:
+            raise UsageError(f"--loader-workers must be >= 0, got {self.loader_workers}")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be >= 1, got {self.threads}")
 
