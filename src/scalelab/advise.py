@@ -68,7 +68,7 @@ def default_clusters() -> list[Path]:
 
 def this_machine_cluster(profile: dict):
     """This machine as a cluster, when it has several GPUs (a single device has no plan)."""
-    from scalelab.planner import Cluster
+    from scalelab.plan import Cluster
 
     if profile.get("device") != "cuda" or torch.cuda.device_count() < 2:
         return None
@@ -121,7 +121,7 @@ def check_run(spec: WorkloadSpec, rec: dict, steps: int, progress=None) -> dict:
 
 
 def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseResult:
-    from scalelab.planner import PlanOptions, load_cluster, load_profile, plan
+    from scalelab.plan import PlanOptions, load_cluster, load_profile, plan
     from scalelab.report import write_report
 
     say = progress or (lambda text: None)

@@ -112,8 +112,8 @@ def _fraction_int(text: str) -> int:
 
 
 def build_plan(args):
-    """The plan the command line asks for (a Plan from scalelab.planner)."""
-    from scalelab import planner
+    """The plan the command line asks for (a :class:`scalelab.plan.Plan`)."""
+    from scalelab import plan as planner
 
     inp = (planner.load_profile(args.profile) if args.profile
            else planner.load_workload(args.workload))
@@ -138,7 +138,7 @@ def build_plan(args):
 
 
 def _table(plan) -> Table:
-    from scalelab import planner
+    from scalelab import plan as planner
 
     rows = plan.sweep
     max_g = max(r.gpus for r in rows)

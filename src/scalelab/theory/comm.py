@@ -150,6 +150,22 @@ def ps_exchange(
                       PUSH_THEN_PULL)
 
 
+def ring_allreduce_bytes(param_bytes: float, members: int) -> float:
+    """Bytes each ring member sends (and receives): 2 (N-1)/N * S_p.
+
+    Reduce-scatter passes N-1 chunks of S_p/N around the ring, all-gather N-1 more, so
+    each member's link carries 2 (N-1) S_p / N per direction; zero for one member.
+    """
+    if members <= 1:
+        return 0.0
+    return 2.0 * (members - 1) / members * param_bytes
+
+
+def ps_worker_bytes(param_bytes: float) -> float:
+    """Bytes a parameter-server sender moves per step over its link: push S_p + pull S_p."""
+    return 2.0 * param_bytes
+
+
 def ring_allreduce_s(
     param_bytes: float, members: int, bandwidth_Bps: float, latency_s: float = 0.0
 ) -> float:
@@ -158,7 +174,7 @@ def ring_allreduce_s(
         return 0.0
     _positive("bandwidth_Bps", bandwidth_Bps)
     n = members
-    return 2.0 * (n - 1) / n * param_bytes / bandwidth_Bps + 2.0 * (n - 1) * latency_s
+    return ring_allreduce_bytes(param_bytes, n) / bandwidth_Bps + 2.0 * (n - 1) * latency_s
 
 
 def nccl_bus_bandwidth_Bps(param_bytes: float, members: int, time_s: float) -> float:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 WHOLE_TENSOR = "tensor"
 EVEN_CHUNKS = "balanced"
@@ -35,15 +36,27 @@ def _check(num_servers: int) -> None:
         raise ValueError(f"number of servers must be an integer >= 1, got {num_servers}")
 
 
-def greedy_whole_tensor(tensor_bytes: Sequence[int], num_servers: int) -> tuple[int, ...]:
-    """Bytes per server after largest-first placement onto the least-loaded server."""
+def greedy_whole_tensor_owners(tensor_sizes: Sequence[int], num_servers: int) -> tuple[int, ...]:
+    """The server of each tensor under largest-first placement onto the least-loaded server.
+
+    Ties: equal tensors in their given order, equally loaded servers lowest index first.
+    """
     _check(num_servers)
     heap = [(0, k) for k in range(num_servers)]
-    loads = [0] * num_servers
-    for size in sorted(tensor_bytes, reverse=True):
+    owners = [0] * len(tensor_sizes)
+    for i in sorted(range(len(tensor_sizes)), key=lambda i: (-tensor_sizes[i], i)):
         load, k = heapq.heappop(heap)
-        loads[k] = load + size
-        heapq.heappush(heap, (loads[k], k))
+        owners[i] = k
+        heapq.heappush(heap, (load + tensor_sizes[i], k))
+    return tuple(owners)
+
+
+def greedy_whole_tensor(tensor_bytes: Sequence[int], num_servers: int) -> tuple[int, ...]:
+    """Bytes per server after largest-first placement onto the least-loaded server."""
+    loads = [0] * num_servers
+    for size, k in zip(tensor_bytes, greedy_whole_tensor_owners(tensor_bytes, num_servers),
+                       strict=True):
+        loads[k] += size
     return tuple(loads)
 
 
@@ -138,3 +151,19 @@ def servers_really_needed(
         if largest_fraction(tensor_bytes, n, policy) <= limit * (1 + 1e-12):
             return n
     return hi
+
+
+@lru_cache(maxsize=4096)
+def cached_balance(tensor_bytes: tuple[int, ...], param_bytes: float, num_servers: int,
+                   policy: str) -> ShardBalance:
+    """:func:`placement` of the tensors, or even chunks of ``param_bytes``; memoized.
+
+    A sweep asks for the same (model, N_ps) thousands of times, so the greedy placement is
+    computed once per server count. Whole-tensor placement needs the tensor sizes.
+    """
+    if policy == WHOLE_TENSOR:
+        if not tensor_bytes:
+            raise ValueError("partition 'tensor' needs the model's tensor sizes "
+                             "(a profile, or a workload file naming the model)")
+        return placement(tensor_bytes, num_servers, policy)
+    return even_chunk_balance(int(param_bytes), num_servers)

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from scalelab.theory.comm import ps_worker_bytes
+
 
 def _ceil(x: float) -> int:
     # 4.0000000001 from rounding is 4, not 5.
@@ -44,7 +46,7 @@ def worker_bandwidth_needed_Bps(param_bytes: float, compute_s: float) -> float:
     """The worker condition's bound: B_w >= 2 S_p / T_C."""
     if not compute_s > 0:
         raise ValueError(f"compute time must be > 0, got {compute_s}")
-    return 2.0 * param_bytes / compute_s
+    return ps_worker_bytes(param_bytes) / compute_s
 
 
 def worker_link_ok(param_bytes: float, worker_bandwidth_Bps: float, compute_s: float) -> bool:
@@ -85,3 +87,10 @@ def bandwidth_needed_Bps(
         return 0.0
     t = allowed_comm_s(compute_s, target_efficiency, overlap, io_s)
     return math.inf if t <= 0 else link_bytes / t
+
+
+def worker_phase_s(param_bytes: float, worker_bandwidth_Bps: float) -> float:
+    """A worker's own share of the exchange: push S_p then pull S_p over B_w, 2 S_p / B_w."""
+    if not worker_bandwidth_Bps > 0:
+        raise ValueError(f"worker bandwidth must be > 0, got {worker_bandwidth_Bps}")
+    return ps_worker_bytes(param_bytes) / worker_bandwidth_Bps

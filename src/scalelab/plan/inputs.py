@@ -1,0 +1,226 @@
+"""What the plan starts from: one device's measurement, from a profile or a workload file.
+
+:class:`PlanInput` is the typed hand-off from the profiler (``profile.json``, or the
+``profile`` dict itself through :func:`profile_from_dict`) and from hand-written
+``workload.toml`` files (DESIGN.md's contracts) to the planner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scalelab.errors import UsageError
+from scalelab.plan.step import ModelParams
+from scalelab.results import read_json, read_toml
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """One device's measurement, from a profile or a hand-written workload file."""
+
+    batch_size: int
+    """b: per-device minibatch the step was measured at."""
+    step_s: float
+    """T_C at ``batch_size`` on ``device``, seconds."""
+    param_bytes: int
+    """S_p: bytes of the gradients (parameters x 4 for fp32)."""
+    source: str
+    """"profile" or "workload"."""
+    model: str | None = None
+    """Model name (torchvision or package.module:factory), when known."""
+    tensor_bytes: tuple[int, ...] = ()
+    """Bytes of each parameter tensor."""
+    flops_per_sample: float | None = None
+    """Training FLOPs per sample (forward + backward)."""
+    device: str | None = None
+    """Where step_s was measured, as reported ("cpu", a GPU's name)."""
+    algorithm: str | None = None
+    """The computation configuration the profile chose."""
+    load_s_per_batch: float | None = None
+    """Input-pipeline time per minibatch in one process, seconds."""
+    io_s: float = 0.0
+    """Exposed input time per step as given (workload files), seconds."""
+    batches: tuple[tuple[int, float], ...] = ()
+    """Measured (batch_size, step_s) pairs."""
+    fit_step_s: tuple[float, float] | None = None
+    """Step-time fit (intercept s, per-sample s)."""
+    fit_memory_bytes: tuple[float, float] | None = None
+    """Memory fit (intercept bytes, per-sample bytes)."""
+    max_batch_size: int | None = None
+    """Largest batch that fits the profiled device."""
+    path: str | None = None
+    """The file it came from."""
+    input_shape: tuple[int, ...] = (3, 224, 224)
+    """One sample's shape."""
+    num_classes: int = 1000
+    """Classifier outputs."""
+    busy: bool = False
+    """The profile was measured while the machine was busy (its figures are suspect)."""
+
+    def __post_init__(self):
+        where = f"{self.path}: " if self.path else ""
+        if int(self.batch_size) != self.batch_size or self.batch_size < 1:
+            raise UsageError(f"{where}batch_size must be an integer >= 1, got {self.batch_size}")
+        if not (isinstance(self.step_s, (int, float)) and self.step_s > 0):
+            raise UsageError(f"{where}step_s must be > 0 seconds, got {self.step_s}")
+        if not (isinstance(self.param_bytes, (int, float)) and self.param_bytes > 0):
+            raise UsageError(f"{where}param_bytes must be > 0, got {self.param_bytes}")
+        if not self.io_s >= 0:
+            raise UsageError(f"{where}io_s must be >= 0, got {self.io_s}")
+
+    def step_s_at(self, batch_size: int) -> float:
+        """Measured step time at ``batch_size``, or the linear fit's between measurements."""
+        for b, t in self.batches:
+            if b == batch_size:
+                return t
+        if batch_size == self.batch_size:
+            return self.step_s
+        if self.max_batch_size and batch_size > self.max_batch_size:
+            raise UsageError(f"batch size {batch_size} does not fit in the profiled device's "
+                             f"memory (largest that fits: {self.max_batch_size})")
+        if self.fit_step_s is None:
+            measured = ", ".join(str(b) for b, _ in self.batches) or str(self.batch_size)
+            raise UsageError(f"batch size {batch_size} was not measured (measured: {measured})")
+        a, per = self.fit_step_s
+        t = a + per * batch_size
+        if not t > 0:
+            raise UsageError(f"the step-time fit gives {t:.3g} s at batch {batch_size}")
+        return t
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["tensor_count"] = len(self.tensor_bytes)
+        d.pop("tensor_bytes")
+        d["batches"] = [{"batch_size": b, "step_s": t} for b, t in self.batches]
+        return d
+
+
+def _num(d: dict, key: str, where: str, required: bool = True):
+    v = d.get(key)
+    if v is None:
+        if required:
+            raise UsageError(f"{where}: missing {key!r}")
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UsageError(f"{where}: {key!r} must be a number, got {v!r}")
+    return v
+
+
+def load_profile(path: str | Path) -> PlanInput:
+    """A ``scalelab.profile/1`` file as planner input (DESIGN.md's profile contract)."""
+    return profile_from_dict(read_json(path, "profile"), str(path))
+
+
+def _busy(data: dict) -> bool:
+    env = data.get("environment") or {}
+    return bool(data.get("busy") or (isinstance(env, dict) and env.get("busy")))
+
+
+def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput:
+    """A profile's contents (as the profiler returns or profile.json holds) as plan input."""
+    try:
+        wl = data["workload"]
+        env = data.get("environment") or {}
+        batches_raw = data["batches"]
+        if not isinstance(wl, dict) or not isinstance(batches_raw, list) or not batches_raw:
+            raise TypeError
+        batches = tuple(sorted((int(_num(r, "batch_size", where)), float(_num(r, "step_s", where)))
+                               for r in batches_raw))
+    except (KeyError, TypeError, AttributeError):
+        raise UsageError(f"{where}: not a complete profile (needs workload and batches)") from None
+    rec = data.get("recommended_batch_size") or batches[-1][0]
+    algo = data.get("algorithms") or {}
+    chosen = algo.get("chosen") if isinstance(algo, dict) else None
+    step_at = dict(batches)
+    step_s = step_at.get(rec)
+    if chosen and isinstance(algo.get("candidates"), list):
+        for c in algo["candidates"]:
+            if isinstance(c, dict) and c.get("name") == chosen and c.get("step_s"):
+                step_s = float(c["step_s"])
+    if step_s is None:
+        raise UsageError(f"{where}: recommended batch {rec} has no measured step")
+    fit = data.get("fit") or {}
+    fit_step = fit.get("step_s") if isinstance(fit, dict) else None
+    fit_pair = None
+    if isinstance(fit_step, dict) and fit_step.get("per_sample") is not None:
+        fit_pair = (float(fit_step.get("intercept") or 0.0), float(fit_step["per_sample"]))
+    fit_mem = fit.get("memory_bytes") if isinstance(fit, dict) else None
+    mem_pair = None
+    if isinstance(fit_mem, dict) and fit_mem.get("per_sample") is not None:
+        mem_pair = (float(fit_mem.get("intercept") or 0.0), float(fit_mem["per_sample"]))
+    io = data.get("io") or {}
+    load = io.get("load_s_per_batch") if isinstance(io, dict) else None
+    device = env.get("device_name") or env.get("device")
+    if str(env.get("device", "")).lower() == "cpu":
+        device = "cpu"
+    return PlanInput(
+        batch_size=int(rec), step_s=float(step_s),
+        param_bytes=int(_num(wl, "param_bytes", where)), source="profile",
+        model=wl.get("model"), input_shape=tuple(wl.get("input_shape") or (3, 224, 224)),
+        num_classes=int(wl.get("num_classes") or 1000),
+        tensor_bytes=tuple(int(b) for b in wl.get("tensor_bytes") or ()),
+        flops_per_sample=_num(wl, "flops_per_sample", where, required=False) or None,
+        device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
+        batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
+        max_batch_size=data.get("max_batch_size"), path=where, busy=_busy(data),
+    )
+
+
+def load_workload(path: str | Path) -> PlanInput:
+    """A hand-written ``workload.toml`` (DESIGN.md): step_s at batch_size, model or bytes."""
+    return workload_from_dict(read_toml(path), str(path))
+
+
+def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInput:
+    known = {"model", "param_bytes", "batch_size", "step_s", "device", "io_s",
+             "flops_per_sample", "input_shape", "num_classes", "algorithm"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
+                         f"(known: {', '.join(sorted(known))})")
+    step_s = _num(data, "step_s", where)
+    batch = _num(data, "batch_size", where)
+    model = data.get("model")
+    tensor_bytes: tuple[int, ...] = ()
+    flops = _num(data, "flops_per_sample", where, required=False)
+    param_bytes = _num(data, "param_bytes", where, required=False)
+    input_shape = data.get("input_shape", (3, 224, 224))
+    num_classes = data.get("num_classes", 1000)
+    if model is not None:
+        from scalelab.workload import WorkloadSpec, describe
+
+        spec = WorkloadSpec(model=str(model), input_shape=input_shape,
+                            num_classes=int(num_classes))
+        info = describe(spec, flops=False)
+        tensor_bytes = tuple(info.tensor_bytes)
+        input_shape = spec.input_shape
+        if param_bytes is None:
+            param_bytes = info.param_bytes
+    if param_bytes is None:
+        raise UsageError(f"{where}: give model = NAME or param_bytes = N")
+    return PlanInput(
+        batch_size=batch, step_s=float(step_s), param_bytes=int(param_bytes), source="workload",
+        model=model, tensor_bytes=tensor_bytes, flops_per_sample=flops,
+        device=data.get("device"), algorithm=data.get("algorithm"),
+        io_s=float(_num(data, "io_s", where, required=False) or 0.0),
+        batches=((int(batch), float(step_s)),), path=where,
+        input_shape=tuple(input_shape), num_classes=int(num_classes),
+    )
+
+
+def load_input(path: str | Path) -> PlanInput:
+    """A profile (``.json``) or a workload file (anything else, TOML)."""
+    return load_profile(path) if str(path).endswith(".json") else load_workload(path)
+
+
+
+def load_calibration(path: str | Path) -> ModelParams:
+    """``params`` of a ``scalelab.calibration/1`` file as :class:`ModelParams`."""
+    data = read_json(path, "calibration")
+    params = data.get("params")
+    if not isinstance(params, dict):
+        raise UsageError(f"{path}: calibration file has no 'params' object")
+    return ModelParams.from_dict(params)

@@ -1,0 +1,54 @@
+"""What the user asks of a plan (beside the workload and the cluster)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scalelab import hardware
+from scalelab.errors import UsageError
+from scalelab.plan.step import ARCHITECTURES, ModelParams
+
+DEFAULT_MFU = 0.4
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Options of :func:`scalelab.plan.recommend.plan`; command line > file > these defaults."""
+
+    target_efficiency: float = 0.8
+    """alpha: the least efficiency T_C/T a recommended scale must keep, (0, 1]."""
+    max_gpus: int | None = None
+    """Largest device count to consider (default: the cluster's devices)."""
+    architectures: tuple[str, ...] | None = None
+    """Architectures to compare (default: the cluster's first, then the others)."""
+    batch_size: int | None = None
+    """Per-device batch (default: the profile's recommendation)."""
+    loader_workers: int | None = None
+    """Loader processes per device (default: as many as hide the input)."""
+    params: ModelParams | None = None
+    """Calibrated model parameters (default: the neutral model)."""
+    default_mfu: float = DEFAULT_MFU
+    """Assumed fraction of peak when the source device's peak is unknown."""
+    precision: str | None = None
+    """Precision the target trains in: fp32|tf32|bf16|fp16 (default: the device's default)."""
+
+    def __post_init__(self):
+        if not (isinstance(self.target_efficiency, (int, float))
+                and 0 < self.target_efficiency <= 1):
+            raise UsageError(f"target efficiency must be in (0, 1], got "
+                             f"{self.target_efficiency}")
+        if self.max_gpus is not None and (int(self.max_gpus) != self.max_gpus
+                                          or self.max_gpus < 1):
+            raise UsageError(f"max_gpus must be an integer >= 1, got {self.max_gpus}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise UsageError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.loader_workers is not None and self.loader_workers < 0:
+            raise UsageError(f"loader_workers must be >= 0, got {self.loader_workers}")
+        if not 0 < self.default_mfu <= 1:
+            raise UsageError(f"default_mfu must be in (0, 1], got {self.default_mfu}")
+        if self.precision is not None and self.precision not in hardware.PRECISIONS:
+            raise UsageError(f"unknown precision {self.precision!r} "
+                             f"({', '.join(hardware.PRECISIONS)})")
+        for a in self.architectures or ():
+            if a not in ARCHITECTURES:
+                raise UsageError(f"unknown architecture {a!r} ({', '.join(ARCHITECTURES)})")

@@ -1,0 +1,227 @@
+"""Profile + cluster -> plan: the predicted sweep and one recommendation, with reasons.
+
+:func:`plan` sweeps every architecture over the cluster's device counts
+(:mod:`scalelab.plan.sweep`), takes per architecture the most devices that keep the target
+efficiency, recommends the fastest, and explains each figure of the recommendation in a
+:class:`~scalelab.plan.reasons.Reason` (batch, devices, servers, bandwidth, loaders, cost).
+
+Python use::
+
+    from scalelab.plan import Cluster, PlanOptions, load_workload, plan
+    p = plan(load_workload("workload.toml"),
+             Cluster(nodes=4, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE"))
+    p.recommendation.gpus, p.to_dict()["sweep"][0]
+
+Bandwidth: a network named from the catalog counts at its per-direction payload rate
+(``payload_gbps``: after line coding and TCP/RDMA framing); ``network_gbps=X`` is taken as
+X Gb/s of payload (1 Gb/s = 125e6 B/s). The paper's server counts (183 on 1GbE, 19 on
+10GbE, 4 on 56 Gb/s InfiniBand for AlexNet) use the nominal rate, i.e. ``network_gbps``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scalelab.errors import UsageError
+from scalelab.plan import advice
+from scalelab.plan.cluster import Cluster
+from scalelab.plan.compute import memory_check, target_compute
+from scalelab.plan.inputs import PlanInput, load_input
+from scalelab.plan.options import PlanOptions
+from scalelab.plan.reasons import Notes, Reason
+from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
+from scalelab.plan.sweep import SweepRow, device_counts, sweep_architecture
+from scalelab.theory import io as theory_io
+
+LARGE_BATCH = 8192
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The configuration to use (plan.json's ``recommendation``)."""
+
+    batch_size: int
+    """b: per-device minibatch."""
+    algorithm: str | None
+    """Computation configuration (channels_last, autocast precision, ...)."""
+    architecture: str
+    """ps | allreduce | hierarchical."""
+    gpus: int
+    """G: devices to use."""
+    num_ps: int
+    """Parameter servers (0 when the architecture has none)."""
+    num_ps_min: int
+    """The lemma's minimum number of servers at that scale."""
+    network_gbps_needed: float
+    """Per-node NIC payload per direction that keeps the target at the full size, Gb/s."""
+    loader_workers: int
+    """Input loader processes per device."""
+    reasons: tuple[Reason, ...]
+    """Why, one sentence per figure."""
+    intra_node_gbps_needed: float = 0.0
+    """In-node link per direction needed at the full size, Gb/s."""
+    samples_per_s: float = 0.0
+    """Predicted throughput at ``gpus``."""
+    efficiency: float = 1.0
+    """Predicted efficiency at ``gpus``."""
+    cost_per_1k_samples: float | None = None
+    """Price of 1,000 samples at ``gpus``, when the cluster has a price."""
+    cheapest: dict[str, Any] | None = None
+    """The cheapest configuration meeting the target, when priced."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["reasons"] = [r.text for r in self.reasons]
+        d["notes"] = [r.to_dict() for r in self.reasons]
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: its inputs, the sweep, the recommendation and the warnings (plan.json)."""
+
+    inputs: dict[str, Any]
+    """What the plan was computed from (input, cluster, options, links)."""
+    sweep: tuple[SweepRow, ...]
+    """Predicted rows per architecture and device count."""
+    recommendation: Recommendation
+    """What to use."""
+    warnings: tuple[Reason, ...]
+    """What the reader must know before trusting the figures."""
+    estimate: bool
+    """True when compute time was estimated for another device."""
+    params: ModelParams
+    """The step model's parameters (neutral, or calibrated)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "inputs": self.inputs,
+            "estimate": self.estimate,
+            "model_params": self.params.to_dict(),
+            "sweep": [r.to_dict() for r in self.sweep],
+            "recommendation": self.recommendation.to_dict(),
+            "warnings": [w.text for w in self.warnings],
+        }
+
+
+@dataclass(frozen=True)
+class _Setting:
+    """What every part of the recommendation reads: the step's inputs at the chosen batch."""
+
+    inp: PlanInput
+    cluster: Cluster
+    options: PlanOptions
+    params: ModelParams
+    batch: int
+    measured_step_s: float
+    work: StepWorkload
+    loaders: int
+    loaders_needed: int
+
+
+def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Notes):
+    params = options.params or ModelParams()
+    if cluster.overlap is not None:
+        params = dataclasses.replace(params, overlap=cluster.overlap)
+    if cluster.latency_s is not None:
+        params = dataclasses.replace(params, latency_s=cluster.latency_s)
+    batch = options.batch_size or inp.batch_size
+    measured = inp.step_s_at(batch) if batch != inp.batch_size else inp.step_s
+    tc = target_compute(inp, measured, batch, cluster, options)
+    for w in tc.warnings:
+        notes.warn("estimate", w)
+    load = inp.load_s_per_batch
+    if load:
+        needed = theory_io.loader_workers_needed(load, tc.compute_s)
+        loaders = needed if options.loader_workers is None else options.loader_workers
+        io_s = theory_io.exposed_io_s(load, loaders, tc.compute_s)
+    else:
+        needed, loaders, io_s = 0, options.loader_workers or 0, inp.io_s
+    if cluster.ps_partition == "tensor" and not inp.tensor_bytes:
+        raise UsageError("ps_partition 'tensor' needs the model's tensor sizes "
+                         "(a profile, or a workload file naming the model)")
+    work = StepWorkload(inp.param_bytes, tc.compute_s, io_s, inp.tensor_bytes)
+    return _Setting(inp, cluster, options, params, batch, measured, work, loaders, needed), tc
+
+
+def _inputs_record(st: _Setting, archs: tuple[str, ...], max_gpus: int) -> dict[str, Any]:
+    cluster = st.cluster
+    intra_Bps, intra_name = cluster.intra_link()
+    return {
+        "input": st.inp.to_dict(),
+        "cluster": cluster.to_dict(),
+        "options": {"target_efficiency": st.options.target_efficiency, "max_gpus": max_gpus,
+                    "architectures": list(archs), "batch_size": st.batch,
+                    "loader_workers": st.options.loader_workers,
+                    "default_mfu": st.options.default_mfu},
+        "compute_s": st.work.compute_s,
+        "io_s": st.work.io_s,
+        "network_Bps": cluster.network_Bps(),
+        "ps_network_Bps": cluster.ps_network_Bps(),
+        "intra_node_Bps": intra_Bps,
+        "intra_node": intra_name,
+        "bandwidth_convention": "payload per direction (catalog payload_gbps, or the Gb/s given)",
+    }
+
+
+def plan(source: PlanInput | str | Path, cluster: Cluster,
+         options: PlanOptions = PlanOptions()) -> Plan:  # noqa: B008 - frozen default
+    """Predict the sweep over device counts and recommend a configuration, with reasons."""
+    inp = source if isinstance(source, PlanInput) else load_input(source)
+    notes = Notes()
+    st, tc = _setting(inp, cluster, options, notes)
+    max_gpus = options.max_gpus or cluster.gpus
+    archs = options.architectures or (
+        cluster.architecture, *[a for a in ARCHITECTURES if a != cluster.architecture])
+    full = list(range(1, max_gpus + 1))
+    all_rows = {a: sweep_architecture(st.work, cluster, st.params, a, full, st.batch,
+                                      target_efficiency=options.target_efficiency)
+                for a in archs}
+    shown = set(device_counts(max_gpus))
+    sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
+    choice = advice.choose(all_rows, archs, options.target_efficiency, cluster.architecture)
+
+    advice.batch_reasons(st, notes)
+    for how in tc.reasons:
+        notes.why("compute", how)
+    advice.device_reasons(st, choice, all_rows, max_gpus, notes)
+    num_ps_min, num_ps = advice.server_reasons(st, choice, max_gpus, notes)
+    need_gbps, intra_gbps = advice.bandwidth_reasons(st, choice.architecture, max_gpus, notes)
+    advice.loader_reasons(st, notes)
+    cheapest = advice.cost_reasons(st, choice, notes)
+    _warnings(st, choice.row.gpus, tc.estimate, notes)
+    row = choice.row
+    rec = Recommendation(
+        batch_size=st.batch, algorithm=inp.algorithm, architecture=choice.architecture,
+        gpus=row.gpus, num_ps=num_ps, num_ps_min=num_ps_min, network_gbps_needed=need_gbps,
+        loader_workers=st.loaders_needed, reasons=tuple(notes.reasons),
+        intra_node_gbps_needed=intra_gbps, samples_per_s=row.samples_per_s,
+        efficiency=row.efficiency, cost_per_1k_samples=row.cost_per_1k_samples,
+        cheapest=cheapest,
+    )
+    return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
+                tc.estimate, st.params)
+
+
+def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
+    memory_note = memory_check(st.inp, st.batch, st.cluster)
+    if memory_note:
+        notes.warn("memory", memory_note)
+    global_batch = gpus * st.batch
+    if global_batch > LARGE_BATCH:
+        notes.warn("batch",
+                   f"global batch {global_batch:,} > {LARGE_BATCH:,}: convergence needs "
+                   "learning-rate scaling and warm-up (Goyal et al., 2017); scalelab predicts "
+                   "speed, not accuracy")
+    if estimate:
+        notes.warn("estimate", "estimate: compute time scaled to another device; profile on "
+                   "the target device to measure it")
+    if st.options.params is not None:
+        notes.why("calibration", "model parameters from calibration: " + ", ".join(
+            f"{k}={v:g}" for k, v in st.params.to_dict().items()))
+    intra_name = st.cluster.intra_link()[1]
+    if "pcie3" in intra_name and "assumed" in intra_name and st.cluster.gpus_per_node > 1:
+        notes.warn("cluster", "no intra-node link given: assumed PCIe 3.0 x16")

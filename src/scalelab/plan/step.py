@@ -1,0 +1,288 @@
+"""The model of one data-parallel step: compute, exchange, input, and what bounds it.
+
+:func:`predict_step` is the one model of a step; the sweep, the recommendation, the
+validation against real runs and the calibration all call it. Its formulas come from
+:mod:`scalelab.theory` (exchange times from :mod:`~scalelab.theory.comm`, shard balance
+from :mod:`~scalelab.theory.sharding`); this module only decides which link each part of
+the exchange crosses and which formula applies.
+
+Python use::
+
+    from scalelab.plan.step import StepSetup, StepWorkload, predict_step
+    predict_step(StepWorkload(param_bytes=100e6, compute_s=0.2),
+                 StepSetup("ps", workers=4, num_ps=2, worker_bandwidth_Bps=1.25e9))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from scalelab.errors import UsageError
+from scalelab.theory import comm, sharding
+
+ARCHITECTURES = ("ps", "allreduce", "hierarchical")
+BOTTLENECKS = ("compute", "io", "network-worker", "network-server", "shard-imbalance",
+               "intra-node")
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Free parameters of the step model; the defaults are neutral (the textbook model)."""
+
+    bandwidth_efficiency: float = 1.0
+    """Fraction of each link's per-direction bandwidth actually achieved (0, 1]."""
+    latency_s: float = 0.0
+    """Per-message latency in seconds: once per PS phase, once per ring step."""
+    overlap: float = 0.0
+    """Fraction of the exchange hidden behind backward, [0, 1]."""
+    compute_scale: float = 1.0
+    """Factor on the compute time (a calibrated correction of T_C)."""
+    apply_s_per_byte: float = 0.0
+    """Server time per gradient byte the busiest server receives, seconds/byte."""
+
+    def __post_init__(self):
+        if not 0 < self.bandwidth_efficiency <= 1.0 + 1e-9:
+            raise UsageError(f"bandwidth_efficiency must be in (0, 1], got "
+                             f"{self.bandwidth_efficiency}")
+        if not self.latency_s >= 0:
+            raise UsageError(f"latency_s must be >= 0, got {self.latency_s}")
+        if not 0 <= self.overlap <= 1:
+            raise UsageError(f"overlap must be in [0, 1], got {self.overlap}")
+        if not self.compute_scale > 0:
+            raise UsageError(f"compute_scale must be > 0, got {self.compute_scale}")
+        if not self.apply_s_per_byte >= 0:
+            raise UsageError(f"apply_s_per_byte must be >= 0, got {self.apply_s_per_byte}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelParams:
+        keys = set(cls.__dataclass_fields__)
+        try:
+            return cls(**{k: float(v) for k, v in d.items() if k in keys})
+        except (TypeError, ValueError) as e:
+            if isinstance(e, UsageError):
+                raise
+            raise UsageError(f"calibration params are not numbers: {e}") from None
+
+    def to_dict(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class StepWorkload:
+    """What one step moves and computes."""
+
+    param_bytes: float
+    """S_p: bytes of gradients exchanged per step."""
+    compute_s: float
+    """T_C: one device's forward + backward + update, seconds."""
+    io_s: float = 0.0
+    """Input time per step not hidden by loader processes, seconds."""
+    tensor_bytes: tuple[int, ...] = ()
+    """Bytes of each parameter tensor (for whole-tensor placement on servers)."""
+
+    def __post_init__(self):
+        if not self.param_bytes > 0:
+            raise UsageError(f"param_bytes must be > 0, got {self.param_bytes}")
+        if not self.compute_s > 0:
+            raise UsageError(f"compute time must be > 0, got {self.compute_s}")
+        if not self.io_s >= 0:
+            raise UsageError(f"io_s must be >= 0, got {self.io_s}")
+        object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """How the devices exchange and over which links (everything but the workload)."""
+
+    architecture: str = "ps"
+    """ps | allreduce | hierarchical."""
+    workers: int = 1
+    """G: data-parallel devices."""
+    num_ps: int = 1
+    """Parameter servers (dedicated); colocated: 0 means one per sender."""
+    partition: str = sharding.EVEN_CHUNKS
+    """Shards: 'balanced' even chunks or 'tensor' whole tensors placed greedily."""
+    colocated: bool = False
+    """A server on every worker machine, sharing its NIC."""
+    full_duplex: bool = False
+    """Push and pull pipelined (the runner's form) instead of push-then-pull."""
+    gpus_per_node: int = 1
+    """Devices per machine; they share its NIC."""
+    local_aggregation: bool = True
+    """PS: reduce inside the node first, so the machines are the senders."""
+    worker_bandwidth_Bps: float | None = None
+    """Each machine's NIC, bytes/s per direction."""
+    ps_bandwidth_Bps: float | None = None
+    """A dedicated server's NIC, bytes/s per direction (default: the worker's)."""
+    intra_bandwidth_Bps: float | None = None
+    """Device-to-device link inside a machine, bytes/s per direction."""
+    latency_s: float | None = None
+    """Per-message latency, overrides ModelParams.latency_s when given."""
+
+    def __post_init__(self):
+        if self.architecture not in ARCHITECTURES:
+            raise UsageError(f"unknown architecture {self.architecture!r} "
+                             f"({', '.join(ARCHITECTURES)})")
+        if self.workers < 1 or int(self.workers) != self.workers:
+            raise UsageError(f"workers must be an integer >= 1, got {self.workers}")
+        if self.gpus_per_node < 1:
+            raise UsageError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.workers // self.gpus_per_node)
+
+    @property
+    def devices_per_node(self) -> int:
+        return min(self.gpus_per_node, self.workers)
+
+
+@dataclass(slots=True)
+class StepPrediction:
+    """The predicted parts of one step, seconds (see DESIGN.md's symbols)."""
+
+    compute_s: float
+    push_s: float
+    apply_s: float
+    pull_s: float
+    comm_s: float
+    io_s: float
+    step_s: float
+    form: str
+    intra_s: float = 0.0
+    bottleneck: str = "compute"
+    num_ps: int = 0
+    effective_servers: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    comm_s: float
+    link: str
+    form: str
+    push_s: float = 0.0
+    apply_s: float = 0.0
+    pull_s: float = 0.0
+    intra_s: float = 0.0
+    num_ps: int = 0
+    effective_servers: float = 0.0
+
+
+def _ps(work: StepWorkload, st: StepSetup, params: ModelParams, nic: float,
+        intra_Bps: float | None, lat: float) -> _Exchange:
+    s, g = float(work.param_bytes), st.devices_per_node
+    intra = 0.0
+    if st.local_aggregation:
+        senders, sender_Bps = st.nodes, nic
+        if g > 1:
+            intra = comm.ring_allreduce_s(s, g, intra_Bps)
+    else:
+        senders, sender_Bps = st.workers, nic / g
+    if st.colocated:
+        used = senders if st.local_aggregation or g == 1 else st.nodes
+        used = max(1, min(int(st.num_ps), senders)) if st.num_ps else used
+    else:
+        used = int(st.num_ps)
+        if used < 1:
+            raise UsageError(f"number of parameter servers must be >= 1, got {st.num_ps}")
+    bal = sharding.cached_balance(work.tensor_bytes, s, used, st.partition)
+    eff = params.bandwidth_efficiency
+    server_Bps = nic if st.ps_bandwidth_Bps is None else st.ps_bandwidth_Bps * eff
+    if not server_Bps > 0:
+        raise UsageError(f"server bandwidth must be > 0, got {st.ps_bandwidth_Bps}")
+    form = comm.PIPELINED if st.full_duplex else comm.PUSH_THEN_PULL
+    if senders <= 1 and st.colocated:
+        link = "intra-node" if intra > 0 else "network-worker"
+        return _Exchange(intra, link, form, intra_s=intra, num_ps=used,
+                         effective_servers=bal.effective_servers)
+    f_min = bal.smallest_fraction if used >= senders else 0.0
+    ex = comm.ps_exchange(s, senders, bal.largest_fraction, sender_Bps, server_Bps,
+                          colocated=st.colocated, full_duplex=st.full_duplex,
+                          smallest_fraction=f_min, latency_s=lat)
+    apply = params.apply_s_per_byte * senders * s * bal.largest_fraction
+    exchange = ex.push_s + apply + (0.0 if st.full_duplex else ex.pull_s)
+    if ex.worker_s >= ex.server_s:
+        link = "network-worker"
+    elif bal.largest_fraction > 1.05 / used:
+        link = "shard-imbalance"
+    else:
+        link = "network-server"
+    link = "intra-node" if intra > exchange else link
+    return _Exchange(exchange + intra, link, ex.form, ex.push_s, apply, ex.pull_s, intra, used,
+                     bal.effective_servers)
+
+
+def _allreduce(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float | None,
+               lat: float) -> _Exchange:
+    one_node = st.nodes == 1
+    hop = intra_Bps if one_node else (nic if intra_Bps is None else min(nic, intra_Bps))
+    t = comm.ring_allreduce_s(work.param_bytes, st.workers, hop, 0.0 if one_node else lat)
+    slow_intra = intra_Bps is not None and intra_Bps < nic
+    return _Exchange(t, "intra-node" if one_node or slow_intra else "network-worker",
+                     "ring all-reduce")
+
+
+def _hierarchical(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float | None,
+                  lat: float) -> _Exchange:
+    h = comm.hierarchical_allreduce(work.param_bytes, st.devices_per_node, st.nodes,
+                                    intra_Bps or 1.0, nic or 1.0, lat)
+    link = "intra-node" if h.intra_s > h.inter_s else "network-worker"
+    return _Exchange(h.comm_s, link, "hierarchical all-reduce", intra_s=h.intra_s)
+
+
+def exchange_of(work: StepWorkload, st: StepSetup, params: ModelParams) -> _Exchange:
+    """The exchange of one step at ``st`` (zero for one device)."""
+    if st.workers == 1:
+        return _Exchange(0.0, "compute", "single device")
+    nic_given = st.worker_bandwidth_Bps
+    if nic_given is None or not nic_given > 0:
+        if st.nodes > 1 or st.architecture == "ps":
+            raise UsageError(f"network bandwidth must be > 0, got {nic_given}")
+    eff = params.bandwidth_efficiency
+    intra_Bps = None
+    if st.devices_per_node > 1:
+        if st.intra_bandwidth_Bps is None or not st.intra_bandwidth_Bps > 0:
+            raise UsageError(f"intra-node bandwidth must be > 0, got {st.intra_bandwidth_Bps}")
+        intra_Bps = st.intra_bandwidth_Bps * eff
+    nic = (nic_given or 0.0) * eff
+    lat = params.latency_s if st.latency_s is None else st.latency_s
+    if st.architecture == "ps":
+        return _ps(work, st, params, nic, intra_Bps, lat)
+    if st.architecture == "allreduce":
+        return _allreduce(work, st, nic, intra_Bps, lat)
+    return _hierarchical(work, st, nic, intra_Bps, lat)
+
+
+def predict_step(workload: StepWorkload, setup: StepSetup = StepSetup(),  # noqa: B008
+                 params: ModelParams = ModelParams()) -> StepPrediction:  # noqa: B008
+    """Predicted step of ``setup.workers`` data-parallel devices.
+
+    - ``ps``: with ``local_aggregation`` each machine reduces its devices' gradients first
+      (ring inside the node) and the machines are the N_w senders; otherwise every device
+      is a sender with its share of the NIC. Exchange by
+      :func:`scalelab.theory.comm.ps_exchange` (push-then-pull unless ``full_duplex``),
+      shards from ``partition``, plus the servers' apply time.
+    - ``allreduce``: one ring over all devices; its slowest hop is the NIC when it spans
+      machines, the device link otherwise.
+    - ``hierarchical``: ring inside each machine, then ring over machines on the NIC.
+
+    Step: :func:`scalelab.theory.comm.overlapped_step_s` with ``params.overlap``. The
+    bottleneck names the largest part of the step: the exchange's slowest link when the
+    exchange exceeds compute, ``io`` when exposed input does, else ``compute``.
+    """
+    compute = workload.compute_s * params.compute_scale
+    io = workload.io_s
+    ex = exchange_of(workload, setup, params)
+    bottleneck = "compute"
+    if ex.comm_s > compute and ex.comm_s >= io:
+        bottleneck = ex.link
+    elif io > compute:
+        bottleneck = "io"
+    step = comm.overlapped_step_s(compute, ex.comm_s, io, params.overlap)
+    return StepPrediction(compute, ex.push_s, ex.apply_s, ex.pull_s, ex.comm_s, io, step,
+                          ex.form, ex.intra_s, bottleneck, ex.num_ps, ex.effective_servers)

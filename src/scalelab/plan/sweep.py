@@ -1,0 +1,200 @@
+"""The sweep: one architecture's predicted step at every device count of a cluster.
+
+Each row is one call of :func:`scalelab.plan.step.predict_step`; throughput, speedup and
+efficiency come from :mod:`scalelab.theory.amdahl`'s weak-scaling forms (fixed per-device
+batch): throughput G b / T(G), speedup against one device, efficiency speedup / G.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scalelab import hardware
+from scalelab.plan.cluster import Cluster
+from scalelab.plan.step import (
+    ARCHITECTURES,
+    ModelParams,
+    StepPrediction,
+    StepSetup,
+    StepWorkload,
+    predict_step,
+)
+from scalelab.theory import amdahl, sharding, sizing
+from scalelab.theory.units import ceil_div
+
+
+@dataclass(slots=True)
+class SweepRow:
+    """One (architecture, device count) point of the plan (plan.json's ``sweep``)."""
+
+    gpus: int
+    """G: devices."""
+    nodes: int
+    """Machines the devices occupy."""
+    architecture: str
+    """ps | allreduce | hierarchical."""
+    num_ps: int
+    """Parameter servers (0 when the architecture has none)."""
+    compute_s: float
+    """T_C per step, seconds."""
+    comm_s: float
+    """Exchange per step, seconds."""
+    io_s: float
+    """Exposed input per step, seconds."""
+    step_s: float
+    """T(G), seconds."""
+    samples_per_s: float
+    """G b / T(G)."""
+    speedup: float
+    """Throughput against one device."""
+    efficiency: float
+    """speedup / G."""
+    overhead_ratio: float
+    """R_O = (T - T_C) / T_C."""
+    bottleneck: str
+    """The largest part of the step (compute, io, or the exchange's slowest link)."""
+    network: str
+    """The network the row is for."""
+    form: str
+    """The exchange's form (push-then-pull, pipelined, ring all-reduce, ...)."""
+    cost_per_1k_samples: float | None = None
+    """price x G / samples_per_s x 1000, when the cluster has a price."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def device_counts(max_gpus: int) -> list[int]:
+    """Rows written to the plan: every count up to 256, then 1-64 and powers of two (x1.5)."""
+    if max_gpus <= 256:
+        return list(range(1, max_gpus + 1))
+    counts = set(range(1, 65))
+    p = 64
+    while p <= max_gpus:
+        counts.add(p)
+        counts.add(p * 3 // 2)
+        p *= 2
+    counts.add(max_gpus)
+    return sorted(c for c in counts if c <= max_gpus)
+
+
+class Sweeper:
+    """Evaluates one architecture at any device count with the cluster's links."""
+
+    def __init__(self, work: StepWorkload, cluster: Cluster, params: ModelParams,
+                 architecture: str, network_Bps: float | None = None,
+                 target_efficiency: float = 0.8):
+        self.work = work
+        self.target = target_efficiency
+        self.cluster = cluster
+        self.params = params
+        self.arch = architecture
+        self.nic = cluster.network_Bps() if network_Bps is None else network_Bps
+        self.ps_Bps = (self.nic if network_Bps is not None and cluster.ps_network is None
+                       and cluster.ps_network_gbps is None else cluster.ps_network_Bps())
+        self.intra = cluster.intra_link()[0]
+        self.colocated = cluster.ps_placement == "colocated"
+        self._ps_cache: dict[int, tuple[int, int]] = {}
+
+    def senders(self, gpus: int) -> int:
+        """N_w: machines with local aggregation, else devices."""
+        nodes = ceil_div(gpus, self.cluster.gpus_per_node)
+        return nodes if self.cluster.local_aggregation else gpus
+
+    def sender_Bps(self, gpus: int) -> float:
+        """One sender's share of its machine's NIC."""
+        g = min(self.cluster.gpus_per_node, gpus)
+        return self.nic if self.cluster.local_aggregation else self.nic / g
+
+    def servers(self, gpus: int) -> tuple[int, int]:
+        """(lemma minimum, servers used) at ``gpus`` devices."""
+        n_w = self.senders(gpus)
+        if n_w not in self._ps_cache:
+            self._ps_cache[n_w] = self._servers(gpus, n_w)
+        return self._ps_cache[n_w]
+
+    def _servers(self, gpus: int, n_w: int) -> tuple[int, int]:
+        eff = self.params.bandwidth_efficiency
+        s = self.work.param_bytes
+        t_c = self.work.compute_s * self.params.compute_scale
+        b_ps = self.ps_Bps * eff
+        minimum = sizing.ps_servers_needed(s, n_w, b_ps, t_c)
+        if self.colocated:
+            return minimum, n_w
+        if self.cluster.ps != "auto":
+            return minimum, int(self.cluster.ps)
+        # Enough servers for the exchange to fit the time the target efficiency leaves,
+        # but no more than it takes for the servers to stop being slower than a worker's
+        # own link.
+        worker_phase = sizing.worker_phase_s(s, self.sender_Bps(gpus) * eff)
+        allowed = sizing.allowed_comm_s(t_c, self.target, self.params.overlap, self.work.io_s)
+        budget = max(allowed, worker_phase, 1e-12)
+        tb = self.work.tensor_bytes or (int(s),)
+        policy = self.cluster.ps_partition if self.work.tensor_bytes else "balanced"
+        used = sharding.servers_really_needed(tb, n_w, b_ps, budget, policy,
+                                              max_servers=max(4096, minimum))
+        if used is None:
+            used = len(tb) if policy == sharding.WHOLE_TENSOR else minimum
+        return minimum, used
+
+    def setup(self, gpus: int) -> StepSetup:
+        c = self.cluster
+        num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
+        return StepSetup(
+            architecture=self.arch, workers=gpus, num_ps=num_ps, partition=c.ps_partition,
+            colocated=self.colocated, full_duplex=c.full_duplex, gpus_per_node=c.gpus_per_node,
+            local_aggregation=c.local_aggregation, worker_bandwidth_Bps=self.nic,
+            ps_bandwidth_Bps=None if self.colocated else self.ps_Bps,
+            intra_bandwidth_Bps=self.intra, latency_s=c.latency_s)
+
+    def predict(self, gpus: int) -> StepPrediction:
+        return predict_step(self.work, self.setup(gpus), self.params)
+
+
+def make_row(gpus: int, arch: str, pred: StepPrediction, batch: int, base_step: float,
+             cluster: Cluster, network: str) -> SweepRow:
+    """A sweep row from a prediction, against one device's step ``base_step``."""
+    sps = amdahl.weak_throughput(gpus, batch, pred.step_s)
+    speedup = sps / amdahl.weak_throughput(1, batch, base_step)
+    cost = None
+    if cluster.price_per_gpu_hour:
+        cost = cluster.price_per_gpu_hour * gpus / 3600.0 / sps * 1000.0
+    return SweepRow(
+        gpus=gpus, nodes=ceil_div(gpus, cluster.gpus_per_node), architecture=arch,
+        num_ps=pred.num_ps if arch == "ps" and gpus > 1 else 0,
+        compute_s=pred.compute_s, comm_s=pred.comm_s, io_s=pred.io_s, step_s=pred.step_s,
+        samples_per_s=sps, speedup=speedup, efficiency=speedup / gpus,
+        overhead_ratio=(pred.step_s - pred.compute_s) / pred.compute_s,
+        bottleneck=pred.bottleneck, network=network, form=pred.form, cost_per_1k_samples=cost,
+    )
+
+
+def sweep_architecture(work: StepWorkload, cluster: Cluster, params: ModelParams,
+                       architecture: str, counts: Sequence[int], batch_size: int,
+                       network_Bps: float | None = None, network: str | None = None,
+                       target_efficiency: float = 0.8) -> list[SweepRow]:
+    """Rows for ``counts`` devices in one architecture (the sweep the plan writes)."""
+    sw = Sweeper(work, cluster, params, architecture, network_Bps, target_efficiency)
+    base = predict_step(work, StepSetup(architecture), params).step_s
+    label = network or cluster.network_label()
+    return [make_row(g, architecture, sw.predict(g), batch_size, base, cluster, label)
+            for g in counts]
+
+
+def network_sweep(work: StepWorkload, cluster: Cluster, networks: Sequence[str],
+                  counts: Sequence[int], batch_size: int,
+                  architectures: Sequence[str] = ARCHITECTURES,
+                  params: ModelParams = ModelParams(),  # noqa: B008 - frozen default
+                  target_efficiency: float = 0.8) -> list[SweepRow]:
+    """Rows for every (network, architecture, count): the plot's and the benchmark's grid."""
+    rows: list[SweepRow] = []
+    for name in networks:
+        bps = hardware.network(name).payload_Bps
+        for a in architectures:
+            rows.extend(sweep_architecture(work, cluster, params, a, counts, batch_size,
+                                           network_Bps=bps, network=name,
+                                           target_efficiency=target_efficiency))
+    return rows

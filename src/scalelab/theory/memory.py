@@ -1,0 +1,50 @@
+"""Device memory: the linear fit of peak memory against batch size, and the safety margin.
+
+Peak memory of a training step grows with the batch (samples and activations) on top of
+a fixed part (parameters, gradients, optimizer state, workspaces):
+
+    M(b) = M_0 + m b                         (least squares over the measured batches)
+
+A batch is taken to fit when ``M(b) <= margin x M_device``. The margin (0.9) leaves room
+for the allocator's fragmentation and the framework's context, which a per-batch
+measurement of peak allocated bytes does not see. Solving for b:
+
+    b_max = floor((margin x M_device - M_0) / m)      (m > 0)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MEMORY_MARGIN = 0.9
+
+
+def usable_bytes(memory_bytes: float, margin: float = MEMORY_MARGIN) -> float:
+    """The part of a device's memory a batch may use: margin x M_device."""
+    if not 0 < margin <= 1:
+        raise ValueError(f"memory margin must be in (0, 1], got {margin}")
+    return margin * memory_bytes
+
+
+def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of ys against xs; one point gives slope y/x."""
+    if len(xs) != len(ys) or not xs:
+        raise ValueError("need as many x as y values, at least one")
+    n = len(xs)
+    if n == 1:
+        return 0.0, ys[0] / xs[0] if xs[0] else 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    if sxx == 0:
+        return my, 0.0
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return my - slope * mx, slope
+
+
+def largest_batch(memory_bytes: float, intercept_bytes: float, per_sample_bytes: float,
+                  margin: float = MEMORY_MARGIN) -> int | None:
+    """b_max = floor((margin M - M_0) / m); None when memory does not grow with b."""
+    if not per_sample_bytes > 0:
+        return None
+    return math.floor((usable_bytes(memory_bytes, margin) - intercept_bytes) / per_sample_bytes)
