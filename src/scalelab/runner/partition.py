@@ -6,7 +6,8 @@ segments of that vector, which the server stores as one contiguous buffer.
 
 - ``balanced``: server k owns ``[k*n//P, (k+1)*n//P)`` (even contiguous chunks).
 - ``tensor``: whole tensors, largest first, each to the least-loaded server (what framework
-  parameter-server strategies do); one large tensor can dominate a server.
+  parameter-server strategies do), as :func:`scalelab.theory.sharding.greedy_whole_tensor_owners`
+  places them; one large tensor can dominate a server.
 
 Each shard is then cut into pieces of at most ``piece_elems`` elements (one message each),
 so a worker can send a piece as soon as backward has produced every gradient it covers and
@@ -16,6 +17,8 @@ a server can apply and return a piece while later pieces are still arriving.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from scalelab.theory.sharding import greedy_whole_tensor_owners
 
 
 @dataclass(frozen=True)
@@ -71,13 +74,9 @@ def _balanced(n: int, num_servers: int) -> list[list[tuple[int, int]]]:
 
 def _tensor_greedy(numels: list[int], num_servers: int) -> list[list[tuple[int, int]]]:
     starts = [sum(numels[:i]) for i in range(len(numels))]
-    load = [0] * num_servers
-    owned: list[list[int]] = [[] for _ in range(num_servers)]
-    for i in sorted(range(len(numels)), key=lambda i: (-numels[i], i)):
-        k = min(range(num_servers), key=lambda k: (load[k], k))
-        owned[k].append(i)
-        load[k] += numels[i]
-    return [[(starts[i], starts[i] + numels[i]) for i in sorted(ids)] for ids in owned]
+    owners = greedy_whole_tensor_owners(numels, num_servers)
+    return [[(starts[i], starts[i] + numels[i]) for i in range(len(numels)) if owners[i] == k]
+            for k in range(num_servers)]
 
 
 def make_layout(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from scalelab.runner.timers import summarize
+from scalelab.theory.amdahl import weak_throughput
 
 WORKER_PHASES = ("compute_s", "push_s", "apply_s", "pull_s", "data_s", "step_s", "cpu_s")
 SERVER_PHASES = ("recv_s", "apply_s", "send_s", "step_s", "cpu_s")
@@ -60,11 +61,11 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
                 for k in keys}
 
     step_med = steps["step_s"]["median"] if steps["step_s"] else None
-    if cfg.mode == "async":
-        samples_per_s = sum(cfg.batch_size / p["step_s"] for p in per_rank_list
-                            if p["role"] == "worker" and p.get("step_s"))
+    if cfg.mode == "async":  # workers step independently: their throughputs add up
+        samples_per_s = sum(weak_throughput(1, cfg.batch_size, p["step_s"])
+                            for p in per_rank_list if p["role"] == "worker" and p.get("step_s"))
     else:
-        samples_per_s = cfg.workers * cfg.batch_size / step_med if step_med else None
+        samples_per_s = weak_throughput(cfg.workers, cfg.batch_size, step_med) if step_med else None
     wb = role_bytes("worker") or {}
     exch = steps["exchange_s"]
     achieved = None
