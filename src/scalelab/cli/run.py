@@ -13,6 +13,7 @@ EPILOG = """examples:
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --ps 2 --mode async
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
   scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --data imgs --loader-workers 3
   scalelab run resnet18 --workers 2 --ps 1 --checkpoint-dir ckpt --checkpoint-every 10 --resume
   torchrun --nnodes 2 --nproc-per-node 2 --node-rank 0 --master-addr HOST --master-port 29500 \\
       -m scalelab run resnet18 --workers 2 --ps 2 --colocate --launcher torchrun
@@ -56,6 +57,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, metavar="PATH",
                    help="image folder (PATH/<class>/<image>); synthetic data by default")
+    p.add_argument("--loader-workers", type=int, default=2, metavar="L",
+                   help="with --data: loader processes per worker decoding ahead of the "
+                   "step (0: decode in the training process; default 2)")
     p.add_argument("--launcher", choices=["local", "torchrun"], default="local")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch threads per worker (default: cores / workers)")
@@ -75,7 +79,8 @@ def config_from_args(args):
         piece_bytes=args.piece_size, colocate=args.colocate,
         emulate_network=args.emulate_network, timeout_s=args.timeout,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-        resume=args.resume, seed=args.seed, data=args.data, launcher=args.launcher,
+        resume=args.resume, seed=args.seed, data=args.data,
+        loader_workers=args.loader_workers, launcher=args.launcher,
         threads=args.threads)
 
 

@@ -8,7 +8,9 @@ runner's correctness tests compare against.
 - synthetic: worker k's shard of step s is ``spec.synthetic_batch(b, seed=mix(seed, s, k))``.
 - image folder (``--data PATH``, torchvision ``ImageFolder`` layout ``PATH/<class>/<image>``):
   a permutation of the images drawn from ``seed`` each epoch; the global batch of step s is
-  positions ``[s*W*b, (s+1)*W*b)`` of the concatenated epochs.
+  positions ``[s*W*b, (s+1)*W*b)`` of the concatenated epochs. ``shard`` decodes in the
+  calling process; the runner's workers read the same indices through loader processes
+  (:mod:`scalelab.runner.loader`).
 """
 
 from __future__ import annotations
@@ -38,44 +40,53 @@ class SyntheticShards:
         return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker))
 
 
-class ImageFolderShards:
-    def __init__(self, spec: WorkloadSpec, root: str, seed: int, workers: int, batch_size: int):
-        from torchvision import datasets, transforms
+class EpochOrder:
+    """Which image sits at a position of the concatenated epochs.
 
-        if len(spec.input_shape) != 3:
-            raise UsageError(f"--data needs an image input shape C,H,W, got {spec.input_shape}")
-        c, h, w = spec.input_shape
-        if not Path(root).is_dir():
-            raise UsageError(f"--data {root}: not a folder")
-        steps = [transforms.Resize((h, w)), transforms.ToTensor()]
-        if c == 1:
-            steps.insert(0, transforms.Grayscale(1))
-        try:
-            self.dataset = datasets.ImageFolder(root, transform=transforms.Compose(steps))
-        except (FileNotFoundError, RuntimeError) as e:
-            raise UsageError(f"--data {root}: {e}") from None
-        if len(self.dataset.classes) > spec.num_classes:
-            raise UsageError(
-                f"--data {root} has {len(self.dataset.classes)} classes, more than "
-                f"--num-classes {spec.num_classes}"
-            )
-        self.seed, self.workers, self.batch_size = seed, workers, batch_size
+    Epoch e is a permutation of the ``n`` images drawn from ``mix(seed, e)``; position p is
+    image ``perm_e[p mod n]`` with ``e = p // n``. Only the current epoch's permutation is
+    kept.
+    """
+
+    def __init__(self, n: int, seed: int):
+        if n < 1:
+            raise UsageError("the image folder holds no images")
+        self.n, self.seed = n, seed
         self._perms: dict[int, torch.Tensor] = {}
 
-    def _index(self, position: int) -> int:
-        n = len(self.dataset)
-        epoch, i = divmod(position, n)
+    def index(self, position: int) -> int:
+        epoch, i = divmod(position, self.n)
         if epoch not in self._perms:
             g = torch.Generator().manual_seed(mix(self.seed, epoch))
-            self._perms = {epoch: torch.randperm(n, generator=g)}
+            self._perms = {epoch: torch.randperm(self.n, generator=g)}
         return int(self._perms[epoch][i])
 
+
+def shard_positions(step: int, worker: int, workers: int, batch_size: int) -> range:
+    """Positions of worker k's shard of step s: ``[(s*W + k)*b, (s*W + k + 1)*b)``."""
+    first = (step * workers + worker) * batch_size
+    return range(first, first + batch_size)
+
+
+class ImageFolderShards:
+    def __init__(self, spec: WorkloadSpec, root: str, seed: int, workers: int, batch_size: int):
+        from scalelab.imagefolder import open_dataset
+
+        if not Path(root).is_dir():
+            raise UsageError(f"--data {root}: not a folder")
+        self.dataset = open_dataset(root, spec.input_shape, spec.num_classes)
+        self.order = EpochOrder(len(self.dataset), seed)
+        self.seed, self.workers, self.batch_size = seed, workers, batch_size
+
+    def indices(self, step: int, worker: int) -> list[int]:
+        """Dataset indices of worker k's shard of step s, in order."""
+        return [self.order.index(p)
+                for p in shard_positions(step, worker, self.workers, self.batch_size)]
+
     def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
-        first = (step * self.workers + worker) * self.batch_size
-        items = [self.dataset[self._index(first + i)] for i in range(self.batch_size)]
-        x = torch.stack([it[0] for it in items])
-        y = torch.tensor([it[1] for it in items], dtype=torch.long)
-        return x, y
+        from torch.utils.data import default_collate
+
+        return tuple(default_collate([self.dataset[i] for i in self.indices(step, worker)]))
 
 
 def make_shards(spec: WorkloadSpec, data: str | None, seed: int, workers: int, batch_size: int):

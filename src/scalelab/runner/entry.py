@@ -25,7 +25,7 @@ from scalelab.errors import RunFailure, UsageError
 from scalelab.runner import checkpoint, report
 from scalelab.runner.comm import CommError
 from scalelab.runner.config import RunConfig
-from scalelab.runner.data import make_shards
+from scalelab.runner.loader import open_shards
 from scalelab.runner.partition import make_layout
 from scalelab.runner.timers import StepTimer
 
@@ -131,18 +131,18 @@ def _steps(cfg, start: int, body, log):
 def _run_ddp(cfg, k, model, ident, log) -> dict:
     from scalelab.runner.allreduce import DDPWorker
 
-    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size)
-    w = DDPWorker(cfg, k, model, shards, ident)
-    start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
+    with open_shards(cfg, k) as shards:
+        w = DDPWorker(cfg, k, model, shards, ident)
+        start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
 
-    def body(step, timer):
-        out = w.step(step, timer)
-        if (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
-                and dist.get_rank() == 0):
-            w.save(step + 1)
-        return out
+        def body(step, timer):
+            out = w.step(step, timer)
+            if (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
+                    and dist.get_rank() == 0):
+                w.save(step + 1)
+            return out
 
-    _steps(cfg, start, body, log)
+        _steps(cfg, start, body, log)
     summary = {"resumed_from_step": start, "param_bytes": w.param_bytes}
     if k == 0:
         summary["final_param_checksum"] = checksum(w.params)
@@ -190,10 +190,10 @@ def _run_ps(cfg, role, k, model, ident, log) -> dict:
 
         _steps(cfg, start, body, log)
         return {"shard_bytes": server.shard_bytes}
-    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size)
-    worker = ps.Worker(cfg, k, model, layout, shards, log)
-    worker.initial_pull()
-    _steps(cfg, start, worker.step, log)
+    with open_shards(cfg, k) as shards:
+        worker = ps.Worker(cfg, k, model, layout, shards, log)
+        worker.initial_pull()
+        _steps(cfg, start, worker.step, log)
     if cfg.mode == "async":
         worker.final_pull()
     worker.close()
