@@ -62,3 +62,16 @@ def test_command_line(tmp_path, capsys):
     assert "3 images, 1 classes, 16 px" in capsys.readouterr().out
     assert main([str(tmp_path / "d"), "--images", "3"]) == 2
     assert "not an empty folder" in capsys.readouterr().err
+
+
+def test_profile_times_the_runners_decode(tmp_path):
+    from scalelab.profiler.input_pipeline import image_dataset, profile_input
+
+    write_image_folder(tmp_path, images=8, size_px=48, classes=2)
+    ds = image_dataset(tmp_path, (3, 12, 12))
+    assert torch.equal(ds[5][0], open_dataset(tmp_path, (3, 12, 12))[5][0])
+    io = profile_input(tmp_path, (3, 12, 12), batch_size=4, compute_s=1.0,
+                       worker_counts=(0,), batches=2)
+    assert io["images"] == 8 and io["load_s_per_batch"] > 0
+    assert io["load_s_per_sample"] == pytest.approx(io["load_s_per_batch"] / 4)
+    assert io["loader_workers_needed"] == 1

@@ -1,9 +1,13 @@
 """The input pipeline: JPEG decode + transforms per minibatch, for a few loader counts.
 
-With a real image folder the DataLoader is timed with 0 (the main process loads),
-then 1, 2, ... loader processes; ``load_s_per_batch`` is the main-process time per
-minibatch, the cost one loader process pays for one batch. The loader processes needed to
-hide it behind a step come from :func:`scalelab.theory.io.loader_workers_needed`.
+With a real image folder, the images are decoded exactly as ``scalelab run --data`` decodes
+them (:func:`scalelab.imagefolder.open_dataset`), through a DataLoader with 0 (the main
+process loads), then 1, 2, ... loader processes. ``load_s_per_batch`` is the main-process
+time per minibatch, the cost one loader process pays for one batch; ``load_s_per_sample``
+is that over the batch size, the decode time of one sample on one core, which the plan
+scales to other batch sizes and to a node's cores (:func:`scalelab.theory.io.node_input`).
+The loader processes needed to hide loading behind a step come from
+:func:`scalelab.theory.io.loader_workers_needed`.
 """
 
 from __future__ import annotations
@@ -11,46 +15,16 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from pathlib import Path
 
-from scalelab.errors import UsageError
+from scalelab.imagefolder import IMAGE_SUFFIXES, check_folder, open_dataset
 from scalelab.theory import io as theory_io
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
-
-
-def check_folder(path: str | os.PathLike) -> Path:
-    """An ImageFolder layout (class sub-folders of images), or a UsageError saying why not."""
-    root = Path(path)
-    if not root.exists():
-        raise UsageError(f"--data {root}: no such folder")
-    if not root.is_dir():
-        raise UsageError(f"--data {root}: not a folder")
-    if not os.access(root, os.R_OK | os.X_OK):
-        raise UsageError(f"--data {root}: cannot read the folder")
-    try:
-        classes = [d for d in root.iterdir() if d.is_dir()]
-        found = any(f.suffix.lower() in IMAGE_SUFFIXES for d in classes for f in d.iterdir())
-    except OSError as e:
-        raise UsageError(f"--data {root}: cannot read: {e.strerror or e}") from None
-    if not found:
-        raise UsageError(f"--data {root}: no images found (expected class sub-folders "
-                         "of .jpg/.png files, as torchvision's ImageFolder reads)")
-    return root
+__all__ = ["IMAGE_SUFFIXES", "check_folder", "image_dataset", "profile_input"]
 
 
 def image_dataset(path: str | os.PathLike, input_shape: tuple[int, ...]):
-    """torchvision ImageFolder with resize-crop to the workload's input size."""
-    from torchvision import datasets, transforms
-
-    size = input_shape[-1] if len(input_shape) == 3 else 224
-    tf = transforms.Compose([
-        transforms.RandomResizedCrop(size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    ])
-    return datasets.ImageFolder(str(path), transform=tf)
+    """The image folder decoded to the workload's input, as the runner decodes it."""
+    return open_dataset(path, input_shape)
 
 
 def _time_loader(dataset, batch_size: int, workers: int, batches: int) -> float:
@@ -62,18 +36,20 @@ def _time_loader(dataset, batch_size: int, workers: int, batches: int) -> float:
                                          generator=torch.Generator().manual_seed(0))
     gaps = []
     it = iter(loader)
-    next(it)
-    t = time.perf_counter()
-    for _ in range(batches):
-        try:
-            next(it)
-        except StopIteration:
-            it = iter(loader)
-            next(it)
-        now = time.perf_counter()
-        gaps.append(now - t)
-        t = now
-    del it
+    try:
+        next(it)
+        t = time.perf_counter()
+        for _ in range(batches):
+            try:
+                next(it)
+            except StopIteration:
+                it = iter(loader)
+                next(it)
+            now = time.perf_counter()
+            gaps.append(now - t)
+            t = now
+    finally:
+        del it
     return statistics.median(gaps)
 
 
@@ -93,6 +69,7 @@ def profile_input(path: str | os.PathLike, input_shape: tuple[int, ...], batch_s
         "images": len(dataset),
         "batch_size": batch_size,
         "load_s_per_batch": load_s,
+        "load_s_per_sample": load_s / batch_size,
         "loader_workers_needed": theory_io.loader_workers_needed(load_s, compute_s),
         "trials": trials,
     }
