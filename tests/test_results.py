@@ -34,3 +34,20 @@ def test_unwritable_destination(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="cannot write"):
         write_json(tmp_path / "file" / "x.json", "run", {})
+
+
+def test_written_files_have_the_ordinary_mode(tmp_path):
+    """Results are readable by others as any file the user writes (0644 under umask 022),
+    not the temporary file's 0600; another umask is honoured."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        p = write_json(tmp_path / "run.json", "run", {})
+        assert stat.S_IMODE(p.stat().st_mode) == 0o644
+        os.umask(0o077)
+        q = write_json(tmp_path / "private.json", "run", {})
+        assert stat.S_IMODE(q.stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -42,8 +42,19 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _umask() -> int:
+    """The process's file-creation mask (reading it means setting it; set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` through a temporary file and a rename.
+
+    The file gets the mode an ordinary ``open(path, "w")`` would give it (0666 less the
+    umask, 0644 under the usual umask), not the 0600 of the temporary file.
+    """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,6 +64,7 @@ def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
     mode = "wb" if isinstance(text, bytes) else "w"
     try:
         with os.fdopen(fd, mode) as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
