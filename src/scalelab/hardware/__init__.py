@@ -37,6 +37,7 @@ class Device:
     gpus_per_nic: int | None = None  # that platform's GPUs per compute NIC
     cpu_cores_per_node: int | None = None  # that platform's host CPU cores
     platform_source: str | None = None
+    host_link: str | None = None  # each device's link to the host CPU (PCIe generation)
 
     def peak_flops(self, precision: str = "fp32") -> float | None:
         """Dense peak FLOP/s at ``precision``; None when unknown or not supported."""

@@ -16,39 +16,78 @@ from scalelab.errors import UsageError
 from scalelab.plan.step import ARCHITECTURES
 from scalelab.results import read_toml
 from scalelab.theory import sharding
-from scalelab.theory.units import gbps_to_Bps
+from scalelab.theory.units import Bps_to_gbps, gbps_to_Bps
 
 PLACEMENTS = ("dedicated", "colocated")
+GRAD_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per exchanged gradient element
 
 @dataclass(frozen=True)
 class Cluster:
     """The machines to plan for (DESIGN.md's cluster.toml). Validated on creation."""
 
     nodes: int = 1
+    """Machines with devices."""
     gpus_per_node: int = 1
+    """Devices per machine."""
     device: str | None = None
+    """Hardware catalog name of the devices (None: the profiled device)."""
     intra_node: str | None = None
+    """Device-to-device link inside a machine (catalog name: nvlink3, pcie4, ...)."""
     intra_node_gbps: float | None = None
+    """...or its rate in Gb/s per direction."""
     network: str | None = None
+    """NIC (catalog name: 10GbE, 100GbE, HDR, ...)."""
     network_gbps: float | None = None
+    """...or its payload rate in Gb/s per direction."""
     architecture: str = "ps"
+    """ps | allreduce | hierarchical."""
     local_aggregation: bool = True
+    """ps: reduce inside the machine before pushing (N_w = nodes)."""
     ps: str | int = "auto"
+    """Parameter servers: 'auto' or a count."""
     ps_placement: str = "dedicated"
+    """dedicated machines, or colocated on the nodes' CPUs (one per node by default)."""
     ps_network: str | None = None
+    """Dedicated servers' NIC (catalog name; default: the workers')."""
     ps_network_gbps: float | None = None
+    """...or its rate in Gb/s."""
     ps_partition: str = "balanced"
+    """Shards: even chunks (balanced) or whole tensors (tensor)."""
     overlap: float | None = None
+    """Fraction of the exchange hidden behind backward (None: derived for DDP, 0 for ps)."""
     latency_s: float | None = None
+    """Per-message latency, seconds."""
     full_duplex: bool = False
+    """ps: pushes and pulls pipelined."""
     price_per_gpu_hour: float | None = None
+    """Price of one device for one hour."""
+    gpus_per_nic: int | None = None
+    """Devices sharing one NIC (None: the device's platform, else one NIC per node)."""
+    host_link: str | None = None
+    """Each device's link to the host CPU (catalog name: pcie3, pcie4, pcie5)."""
+    host_link_gbps: float | None = None
+    """...or its rate in Gb/s per direction."""
+    gpus_per_host_link: int = 1
+    """Devices behind one PCIe switch uplink to the host."""
+    grad_dtype: str = "fp32"
+    """Precision of the exchanged gradients: fp32, bf16, fp16."""
+    accumulation_steps: int = 1
+    """Micro-batches per exchange (gradient accumulation)."""
+    ddp_bucket_mb: float = 25.0
+    """All-reduce bucket size, MiB (DDP's bucket_cap_mb)."""
+    precision: str | None = None
+    """Precision the devices compute in (None: PyTorch's default on that device)."""
+    cpu_cores_per_node: int | None = None
+    """Host CPU cores per machine (None: the device's platform, else unknown)."""
+    measured_network_Bps: float | None = None
+    """A NIC rate measured on the real link, bytes/s per direction (wins over the names)."""
 
     def __post_init__(self):
         for name in ("nodes", "gpus_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
-        for name in ("intra_node_gbps", "network_gbps", "ps_network_gbps"):
+        for name in ("intra_node_gbps", "network_gbps", "ps_network_gbps", "host_link_gbps"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not v > 0):
@@ -74,6 +113,7 @@ class Cluster:
             raise UsageError(f"overlap must be in [0, 1], got {self.overlap}")
         if self.latency_s is not None and not self.latency_s >= 0:
             raise UsageError(f"latency_s must be >= 0, got {self.latency_s}")
+        self._check_topology()
         if self.price_per_gpu_hour is not None and not self.price_per_gpu_hour > 0:
             raise UsageError(f"price_per_gpu_hour must be > 0, got {self.price_per_gpu_hour}")
         if self.device is not None:
@@ -84,7 +124,13 @@ class Cluster:
             object.__setattr__(self, "ps_network", hardware.network(self.ps_network).name)
         if self.intra_node is not None:
             object.__setattr__(self, "intra_node", hardware.link(self.intra_node).name)
-        if self.network is None and self.network_gbps is None:
+        if self.host_link is not None:
+            object.__setattr__(self, "host_link", hardware.link(self.host_link).name)
+        if self.measured_network_Bps is not None and not self.measured_network_Bps > 0:
+            raise UsageError(f"measured network bandwidth must be > 0 B/s, got "
+                             f"{self.measured_network_Bps!r}")
+        if self.network is None and self.network_gbps is None \
+                and self.measured_network_Bps is None:
             known = ", ".join(hardware.catalog().networks)
             raise UsageError("name the network: network = NAME or network_gbps = X "
                              f"(--network/--network-gbps; known: {known})")
@@ -95,6 +141,8 @@ class Cluster:
 
     def network_Bps(self) -> float:
         """Per-node NIC, per direction: payload rate of the named network or network_gbps."""
+        if self.measured_network_Bps is not None:
+            return self.measured_network_Bps
         if self.network_gbps is not None:
             return gbps_to_Bps(self.network_gbps)
         return hardware.network(self.network).payload_Bps
@@ -119,7 +167,61 @@ class Cluster:
         lk = hardware.link("pcie3")
         return lk.bandwidth_Bps, f"{lk.title} (assumed: no intra_node given)"
 
+    def _check_topology(self) -> None:
+        for name in ("gpus_per_nic", "gpus_per_host_link", "accumulation_steps",
+                     "cpu_cores_per_node"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
+        if self.grad_dtype not in GRAD_DTYPES:
+            raise UsageError(f"unknown grad_dtype {self.grad_dtype!r} "
+                             f"({', '.join(GRAD_DTYPES)})")
+        if self.precision is not None and self.precision not in hardware.PRECISIONS:
+            raise UsageError(f"unknown precision {self.precision!r} "
+                             f"({', '.join(hardware.PRECISIONS)})")
+        if not self.ddp_bucket_mb > 0:
+            raise UsageError(f"ddp_bucket_mb must be > 0, got {self.ddp_bucket_mb}")
+        if self.ps_placement == "colocated" and self.ps != "auto":
+            ps = int(self.ps)
+            if ps % self.nodes:
+                raise UsageError(
+                    f"ps {ps} with colocated servers: they run on the nodes' CPUs, one per node "
+                    f"({self.nodes}) or the same number on each (a multiple of {self.nodes}, "
+                    f"e.g. {self.nodes * self.gpus_per_node} for one per GPU)")
+
+    def nic_sharing(self) -> tuple[int, str]:
+        """(devices per NIC, where that comes from)."""
+        if self.gpus_per_nic is not None:
+            return self.gpus_per_nic, f"{self.gpus_per_nic} per NIC (given)"
+        dev = hardware.device(self.device) if self.device else None
+        if dev is not None and dev.gpus_per_nic:
+            return dev.gpus_per_nic, (f"{dev.gpus_per_nic} per NIC, as in a {dev.platform} "
+                                      f"({dev.platform_source})")
+        return self.gpus_per_node, "one NIC per node (no gpus_per_nic given)"
+
+    def host_link_Bps(self) -> tuple[float | None, str]:
+        """(each device's host link per direction, how it was chosen); None: unknown."""
+        if self.host_link_gbps is not None:
+            return gbps_to_Bps(self.host_link_gbps), f"{self.host_link_gbps:g} Gb/s (given)"
+        name = self.host_link
+        how = "given"
+        if name is None and self.device is not None:
+            dev = hardware.device(self.device)
+            name = dev.host_link or (dev.intra_node if (dev.intra_node or "").startswith("pcie")
+                                     else None)
+            how = f"the {dev.name}'s host link"
+        if name is None:
+            return None, "unknown"
+        lk = hardware.link(name)
+        return lk.bandwidth_Bps, f"{lk.title} ({how})"
+
+    def grad_bytes(self, param_bytes: float) -> float:
+        """S_p at the exchange's precision, from fp32 parameter bytes."""
+        return param_bytes * GRAD_DTYPES[self.grad_dtype] / 4
+
     def network_label(self) -> str:
+        if self.measured_network_Bps is not None:
+            return f"{Bps_to_gbps(self.measured_network_Bps):.3g} Gb/s measured"
         if self.network_gbps is not None:
             return f"{self.network_gbps:g} Gb/s"
         return str(self.network)
@@ -129,6 +231,8 @@ class Cluster:
 
 
 _CLUSTER_KEYS = {f.name for f in dataclasses.fields(Cluster)}
+_SAME_LINK = (("network", "network_gbps"), ("ps_network", "ps_network_gbps"),
+              ("intra_node", "intra_node_gbps"), ("host_link", "host_link_gbps"))
 
 
 def load_cluster(path: str | Path | None = None, overrides: dict[str, Any] | None = None
@@ -142,6 +246,10 @@ def load_cluster(path: str | Path | None = None, overrides: dict[str, Any] | Non
         if unknown:
             raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
                              f"(known: {', '.join(sorted(_CLUSTER_KEYS))})")
+        for a, b in _SAME_LINK:
+            if a in values and b in values:
+                raise UsageError(f"{where}: {a} = {values[a]!r} and {b} = {values[b]!r} "
+                                 f"describe the same link: keep one")
     for k, v in (overrides or {}).items():
         if v is None:
             continue
@@ -149,8 +257,7 @@ def load_cluster(path: str | Path | None = None, overrides: dict[str, Any] | Non
             raise UsageError(f"unknown cluster setting {k!r}")
         values[k] = v
         # A name and a rate for the same link: the one given last (the command line) wins.
-        for a, b in (("network", "network_gbps"), ("ps_network", "ps_network_gbps"),
-                     ("intra_node", "intra_node_gbps")):
+        for a, b in _SAME_LINK:
             if k == a:
                 values.pop(b, None)
             elif k == b:

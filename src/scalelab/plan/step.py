@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab.errors import UsageError
-from scalelab.theory import comm, sharding
+from scalelab.theory import comm, sharding, topology
 
 ARCHITECTURES = ("ps", "allreduce", "hierarchical")
 BOTTLENECKS = ("compute", "io", "network-worker", "network-server", "shard-imbalance",
-               "intra-node")
+               "intra-node", "host-link")
+BACKWARD_SHARE = 2.0 / 3.0  # backward's share of a step's FLOPs (2 of 3 matmuls per layer)
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,12 @@ class StepWorkload:
     """Input time per step not hidden by loader processes, seconds."""
     tensor_bytes: tuple[int, ...] = ()
     """Bytes of each parameter tensor (for whole-tensor placement on servers)."""
+    backward_s: float | None = None
+    """Backward time of one micro-batch, seconds (None: 2/3 of compute, the FLOPs ratio)."""
 
     def __post_init__(self):
+        if self.backward_s is not None and not self.backward_s >= 0:
+            raise UsageError(f"backward_s must be >= 0, got {self.backward_s}")
         if not self.param_bytes > 0:
             raise UsageError(f"param_bytes must be > 0, got {self.param_bytes}")
         if not self.compute_s > 0:
@@ -120,6 +125,14 @@ class StepSetup:
     """Device-to-device link inside a machine, bytes/s per direction."""
     latency_s: float | None = None
     """Per-message latency, overrides ModelParams.latency_s when given."""
+    gpus_per_nic: int | None = None
+    """Devices sharing one NIC (None: one NIC per machine)."""
+    host_bandwidth_Bps: float | None = None
+    """Each device's host link (PCIe) per direction; None: not modelled."""
+    gpus_per_host_link: int = 1
+    """Devices sharing one host link (a PCIe switch uplink)."""
+    bucket_bytes: float | None = None
+    """All-reduce: derive the overlap from DDP buckets of this size (None: params.overlap)."""
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
@@ -129,6 +142,14 @@ class StepSetup:
             raise UsageError(f"workers must be an integer >= 1, got {self.workers}")
         if self.gpus_per_node < 1:
             raise UsageError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if self.gpus_per_nic is not None and self.gpus_per_nic < 1:
+            raise UsageError(f"gpus_per_nic must be >= 1, got {self.gpus_per_nic}")
+        if self.gpus_per_host_link < 1:
+            raise UsageError(f"gpus_per_host_link must be >= 1, got {self.gpus_per_host_link}")
+        if self.host_bandwidth_Bps is not None and not self.host_bandwidth_Bps > 0:
+            raise UsageError(f"host link bandwidth must be > 0, got {self.host_bandwidth_Bps}")
+        if self.bucket_bytes is not None and not self.bucket_bytes > 0:
+            raise UsageError(f"bucket_bytes must be > 0, got {self.bucket_bytes}")
 
     @property
     def nodes(self) -> int:
@@ -137,6 +158,12 @@ class StepSetup:
     @property
     def devices_per_node(self) -> int:
         return min(self.gpus_per_node, self.workers)
+
+    @property
+    def nics(self) -> int:
+        """NICs per machine, used together."""
+        per_nic = self.gpus_per_nic or self.gpus_per_node
+        return topology.nics_per_node(self.devices_per_node, min(per_nic, self.devices_per_node))
 
 
 @dataclass(slots=True)
@@ -173,56 +200,64 @@ class _Exchange:
     effective_servers: float = 0.0
 
 
+def _servers(st: StepSetup, senders: int) -> int:
+    """Servers in use: colocated defaults to one per machine."""
+    if st.colocated:
+        return max(1, int(st.num_ps)) if st.num_ps else st.nodes
+    if int(st.num_ps) < 1:
+        raise UsageError(f"number of parameter servers must be >= 1, got {st.num_ps}")
+    return int(st.num_ps)
+
+
 def _ps(work: StepWorkload, st: StepSetup, params: ModelParams, nic: float,
         intra_Bps: float | None, lat: float) -> _Exchange:
     s, g = float(work.param_bytes), st.devices_per_node
     intra = 0.0
     if st.local_aggregation:
-        senders, sender_Bps = st.nodes, nic
+        senders, per_node = st.nodes, 1
         if g > 1:
             intra = comm.ring_allreduce_s(s, g, intra_Bps)
     else:
-        senders, sender_Bps = st.workers, nic / g
-    if st.colocated:
-        used = senders if st.local_aggregation or g == 1 else st.nodes
-        used = max(1, min(int(st.num_ps), senders)) if st.num_ps else used
-    else:
-        used = int(st.num_ps)
-        if used < 1:
-            raise UsageError(f"number of parameter servers must be >= 1, got {st.num_ps}")
-    bal = sharding.cached_balance(work.tensor_bytes, s, used, st.partition)
+        senders, per_node = st.workers, g
+    used = _servers(st, senders)
+    try:
+        bal = sharding.cached_balance(work.tensor_bytes, s, used, st.partition)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    f_max, f_min = bal.largest_fraction, bal.smallest_fraction
     eff = params.bandwidth_efficiency
-    server_Bps = nic if st.ps_bandwidth_Bps is None else st.ps_bandwidth_Bps * eff
-    if not server_Bps > 0:
-        raise UsageError(f"server bandwidth must be > 0, got {st.ps_bandwidth_Bps}")
+    if st.colocated:
+        per = used / st.nodes  # servers on each machine
+        f_max, f_min = min(1.0, per * f_max), (min(per * f_min, 1.0) if used >= st.nodes else 0.0)
+    server_Bps = None
+    if not st.colocated:
+        server_Bps = nic if st.ps_bandwidth_Bps is None else st.ps_bandwidth_Bps * eff
+        if not server_Bps > 0:
+            raise UsageError(f"server bandwidth must be > 0, got {st.ps_bandwidth_Bps}")
+    host = None if st.host_bandwidth_Bps is None else st.host_bandwidth_Bps * eff
+    topo = topology.PsTopology(st.nodes, per_node, nic * st.nics, host,
+                               st.gpus_per_host_link, st.colocated, server_Bps)
+    loads = topology.ps_phase_loads(s, topo, f_max, f_min, st.full_duplex)
+    phase = topology.phase_s(loads, lat)
     form = comm.PIPELINED if st.full_duplex else comm.PUSH_THEN_PULL
-    if senders <= 1 and st.colocated:
-        link = "intra-node" if intra > 0 else "network-worker"
-        return _Exchange(intra, link, form, intra_s=intra, num_ps=used,
-                         effective_servers=bal.effective_servers)
-    f_min = bal.smallest_fraction if used >= senders else 0.0
-    ex = comm.ps_exchange(s, senders, bal.largest_fraction, sender_Bps, server_Bps,
-                          colocated=st.colocated, full_duplex=st.full_duplex,
-                          smallest_fraction=f_min, latency_s=lat)
     apply = params.apply_s_per_byte * senders * s * bal.largest_fraction
-    exchange = ex.push_s + apply + (0.0 if st.full_duplex else ex.pull_s)
-    if ex.worker_s >= ex.server_s:
-        link = "network-worker"
-    elif bal.largest_fraction > 1.05 / used:
+    exchange = phase + apply + (0.0 if st.full_duplex else phase)
+    top = topology.busiest(loads)
+    link = top.link if top is not None else "compute"
+    if link == topology.NIC_IN and bal.largest_fraction > 1.05 / used:
         link = "shard-imbalance"
-    else:
-        link = "network-server"
-    link = "intra-node" if intra > exchange else link
-    return _Exchange(exchange + intra, link, ex.form, ex.push_s, apply, ex.pull_s, intra, used,
+    if intra > exchange:
+        link = "intra-node"
+    return _Exchange(exchange + intra, link, form, phase, apply, phase, intra, used,
                      bal.effective_servers)
 
 
 def _allreduce(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float | None,
                lat: float) -> _Exchange:
-    one_node = st.nodes == 1
-    hop = intra_Bps if one_node else (nic if intra_Bps is None else min(nic, intra_Bps))
+    one_node, node_nic = st.nodes == 1, nic * st.nics
+    hop = intra_Bps if one_node else (node_nic if intra_Bps is None else min(node_nic, intra_Bps))
     t = comm.ring_allreduce_s(work.param_bytes, st.workers, hop, 0.0 if one_node else lat)
-    slow_intra = intra_Bps is not None and intra_Bps < nic
+    slow_intra = intra_Bps is not None and intra_Bps < node_nic
     return _Exchange(t, "intra-node" if one_node or slow_intra else "network-worker",
                      "ring all-reduce")
 
@@ -230,7 +265,7 @@ def _allreduce(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float |
 def _hierarchical(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float | None,
                   lat: float) -> _Exchange:
     h = comm.hierarchical_allreduce(work.param_bytes, st.devices_per_node, st.nodes,
-                                    intra_Bps or 1.0, nic or 1.0, lat)
+                                    intra_Bps or 1.0, (nic * st.nics) or 1.0, lat)
     link = "intra-node" if h.intra_s > h.inter_s else "network-worker"
     return _Exchange(h.comm_s, link, "hierarchical all-reduce", intra_s=h.intra_s)
 
@@ -258,6 +293,17 @@ def exchange_of(work: StepWorkload, st: StepSetup, params: ModelParams) -> _Exch
     return _hierarchical(work, st, nic, intra_Bps, lat)
 
 
+def _overlap(work: StepWorkload, st: StepSetup, params: ModelParams, ex: _Exchange) -> float:
+    """params.overlap, or for all-reduce with ``bucket_bytes`` the DDP bucket overlap."""
+    if st.bucket_bytes is None or st.architecture == "ps" or ex.comm_s <= 0:
+        return params.overlap
+    backward = work.backward_s
+    if backward is None:
+        backward = BACKWARD_SHARE * work.compute_s * params.compute_scale
+    exposed = comm.ddp_exposed_s(ex.comm_s, backward, work.param_bytes, st.bucket_bytes)
+    return min(1.0, max(0.0, 1.0 - exposed / ex.comm_s))
+
+
 def predict_step(workload: StepWorkload, setup: StepSetup = StepSetup(),  # noqa: B008
                  params: ModelParams = ModelParams()) -> StepPrediction:  # noqa: B008
     """Predicted step of ``setup.workers`` data-parallel devices.
@@ -283,6 +329,6 @@ def predict_step(workload: StepWorkload, setup: StepSetup = StepSetup(),  # noqa
         bottleneck = ex.link
     elif io > compute:
         bottleneck = "io"
-    step = comm.overlapped_step_s(compute, ex.comm_s, io, params.overlap)
+    step = comm.overlapped_step_s(compute, ex.comm_s, io, _overlap(workload, setup, params, ex))
     return StepPrediction(compute, ex.push_s, ex.apply_s, ex.pull_s, ex.comm_s, io, step,
                           ex.form, ex.intra_s, bottleneck, ex.num_ps, ex.effective_servers)

@@ -25,6 +25,8 @@ from scalelab.plan.step import (
 from scalelab.theory import amdahl, sharding, sizing
 from scalelab.theory.units import ceil_div
 
+ASSUMED_HOST_LINK = "pcie3"  # a colocated server's host link when neither cluster nor device says
+
 
 @dataclass(slots=True)
 class SweepRow:
@@ -86,7 +88,7 @@ class Sweeper:
 
     def __init__(self, work: StepWorkload, cluster: Cluster, params: ModelParams,
                  architecture: str, network_Bps: float | None = None,
-                 target_efficiency: float = 0.8):
+                 target_efficiency: float = 0.8, derive_overlap: bool = False):
         self.work = work
         self.target = target_efficiency
         self.cluster = cluster
@@ -97,6 +99,11 @@ class Sweeper:
                        and cluster.ps_network_gbps is None else cluster.ps_network_Bps())
         self.intra = cluster.intra_link()[0]
         self.colocated = cluster.ps_placement == "colocated"
+        self.gpus_per_nic = cluster.nic_sharing()[0]
+        self.host_Bps = cluster.host_link_Bps()[0]
+        if self.host_Bps is None and self.colocated:
+            self.host_Bps = hardware.link(ASSUMED_HOST_LINK).bandwidth_Bps
+        self.bucket_bytes = cluster.ddp_bucket_mb * 2**20 if derive_overlap else None
         self._ps_cache: dict[int, tuple[int, int]] = {}
 
     def senders(self, gpus: int) -> int:
@@ -105,9 +112,10 @@ class Sweeper:
         return nodes if self.cluster.local_aggregation else gpus
 
     def sender_Bps(self, gpus: int) -> float:
-        """One sender's share of its machine's NIC."""
+        """One sender's share of its machine's NICs."""
         g = min(self.cluster.gpus_per_node, gpus)
-        return self.nic if self.cluster.local_aggregation else self.nic / g
+        nics = ceil_div(g, min(self.gpus_per_nic, g))
+        return self.nic * nics if self.cluster.local_aggregation else self.nic * nics / g
 
     def servers(self, gpus: int) -> tuple[int, int]:
         """(lemma minimum, servers used) at ``gpus`` devices."""
@@ -121,9 +129,11 @@ class Sweeper:
         s = self.work.param_bytes
         t_c = self.work.compute_s * self.params.compute_scale
         b_ps = self.ps_Bps * eff
-        minimum = sizing.ps_servers_needed(s, n_w, b_ps, t_c)
+        nodes = ceil_div(gpus, self.cluster.gpus_per_node)
         if self.colocated:
-            return minimum, n_w
+            ps = self.cluster.ps
+            return nodes, (nodes if ps == "auto" else int(ps) // self.cluster.nodes * nodes)
+        minimum = sizing.ps_servers_needed(s, n_w, b_ps, t_c)
         if self.cluster.ps != "auto":
             return minimum, int(self.cluster.ps)
         # Enough servers for the exchange to fit the time the target efficiency leaves,
@@ -148,7 +158,9 @@ class Sweeper:
             colocated=self.colocated, full_duplex=c.full_duplex, gpus_per_node=c.gpus_per_node,
             local_aggregation=c.local_aggregation, worker_bandwidth_Bps=self.nic,
             ps_bandwidth_Bps=None if self.colocated else self.ps_Bps,
-            intra_bandwidth_Bps=self.intra, latency_s=c.latency_s)
+            intra_bandwidth_Bps=self.intra, latency_s=c.latency_s,
+            gpus_per_nic=self.gpus_per_nic, host_bandwidth_Bps=self.host_Bps,
+            gpus_per_host_link=c.gpus_per_host_link, bucket_bytes=self.bucket_bytes)
 
     def predict(self, gpus: int) -> StepPrediction:
         return predict_step(self.work, self.setup(gpus), self.params)
@@ -175,9 +187,14 @@ def make_row(gpus: int, arch: str, pred: StepPrediction, batch: int, base_step: 
 def sweep_architecture(work: StepWorkload, cluster: Cluster, params: ModelParams,
                        architecture: str, counts: Sequence[int], batch_size: int,
                        network_Bps: float | None = None, network: str | None = None,
-                       target_efficiency: float = 0.8) -> list[SweepRow]:
-    """Rows for ``counts`` devices in one architecture (the sweep the plan writes)."""
-    sw = Sweeper(work, cluster, params, architecture, network_Bps, target_efficiency)
+                       target_efficiency: float = 0.8,
+                       derive_overlap: bool = False) -> list[SweepRow]:
+    """Rows for ``counts`` devices in one architecture (the sweep the plan writes).
+
+    ``batch_size`` is the samples one device contributes per exchange (b x accumulation).
+    """
+    sw = Sweeper(work, cluster, params, architecture, network_Bps, target_efficiency,
+                 derive_overlap)
     base = predict_step(work, StepSetup(architecture), params).step_s
     label = network or cluster.network_label()
     return [make_row(g, architecture, sw.predict(g), batch_size, base, cluster, label)
@@ -188,7 +205,8 @@ def network_sweep(work: StepWorkload, cluster: Cluster, networks: Sequence[str],
                   counts: Sequence[int], batch_size: int,
                   architectures: Sequence[str] = ARCHITECTURES,
                   params: ModelParams = ModelParams(),  # noqa: B008 - frozen default
-                  target_efficiency: float = 0.8) -> list[SweepRow]:
+                  target_efficiency: float = 0.8,
+                  derive_overlap: bool = False) -> list[SweepRow]:
     """Rows for every (network, architecture, count): the plot's and the benchmark's grid."""
     rows: list[SweepRow] = []
     for name in networks:
@@ -196,5 +214,6 @@ def network_sweep(work: StepWorkload, cluster: Cluster, networks: Sequence[str],
         for a in architectures:
             rows.extend(sweep_architecture(work, cluster, params, a, counts, batch_size,
                                            network_Bps=bps, network=name,
-                                           target_efficiency=target_efficiency))
+                                           target_efficiency=target_efficiency,
+                                           derive_overlap=derive_overlap))
     return rows

@@ -215,3 +215,31 @@ def overlapped_step_s(
     if not 0.0 <= overlap <= 1.0:
         raise ValueError(f"overlap must be in [0, 1], got {overlap}")
     return max(compute_s + io_exposed_s + (1.0 - overlap) * comm_s, compute_s, comm_s)
+
+
+DDP_BUCKET_BYTES = 25 * 1024 * 1024  # torch DistributedDataParallel's bucket_cap_mb=25 (MiB)
+
+
+def ddp_exposed_s(comm_s: float, backward_s: float, param_bytes: float,
+                  bucket_bytes: float = DDP_BUCKET_BYTES) -> float:
+    """Exchange left exposed after backward when buckets are reduced as backward goes on.
+
+    DDP cuts the gradients into ``k = ceil(S_p / bucket)`` buckets and starts reducing a
+    bucket as soon as backward has produced it. Take the gradients as produced evenly over
+    the backward time ``T_b`` (bucket i ready at ``i T_b / k``) and the reductions as run one
+    at a time, each taking ``c = T_comm / k``. The last reduction ends at
+    ``max(T_b + c, T_b / k + T_comm)``: either every bucket's reduction fits in the gap
+    before the next is ready, and only the last one (``c``) shows, or the reductions queue
+    up behind the first and the exchange ends ``T_comm`` after it. Exposed:
+
+        T_exposed = max(c, T_comm - T_b (k - 1) / k)
+
+    Zero exchange exposes nothing; one bucket (``k = 1``) hides nothing.
+    """
+    if comm_s <= 0:
+        return 0.0
+    if not backward_s >= 0 or not bucket_bytes > 0 or not param_bytes > 0:
+        raise ValueError(f"need backward >= 0, bucket and gradient bytes > 0, got "
+                         f"{backward_s}, {bucket_bytes}, {param_bytes}")
+    k = max(1, -(-int(param_bytes) // int(bucket_bytes)))
+    return max(comm_s / k, comm_s - backward_s * (k - 1) / k)
