@@ -223,6 +223,42 @@ def count_flops_per_sample(spec: WorkloadSpec, model: nn.Module, device: str) ->
     return counter.get_total_flops() / batch
 
 
+def _forward_and_loss(spec: WorkloadSpec, model: nn.Module, device: str) -> None:
+    x = torch.zeros((2, *spec.input_shape), device=device)
+    y = torch.zeros(2, dtype=torch.long, device=device)
+    with torch.no_grad():
+        spec.loss_fn()(logits_of(model.train()(x)), y)
+
+
+@lru_cache(maxsize=32)
+def check_workload(spec: WorkloadSpec) -> None:
+    """Raise a one-line :class:`UsageError` unless ``spec``'s model takes its input shape.
+
+    A forward pass and the loss at batch 2 (BatchNorm refuses batch 1 in training mode) on
+    meta tensors: shapes are checked, nothing is allocated or computed, so this runs before
+    any process starts (``run --input-shape 3,32`` for a model that wants C,H,W). A model
+    that cannot run on meta tensors is checked on CPU instead, where a failure is real.
+    """
+    try:
+        with torch.device("meta"):
+            model = spec.build_model(seed=None)
+        _forward_and_loss(spec, model, "meta")
+        return
+    except UsageError:
+        raise
+    except Exception:  # noqa: BLE001 - a shape error, or an op without a meta kernel
+        pass
+    try:
+        _forward_and_loss(spec, spec.build_model(seed=None), "cpu")
+    except UsageError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the model rejects this input
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        shape = ",".join(map(str, spec.input_shape))
+        raise UsageError(f"model {spec.model!r} does not take --input-shape {shape} "
+                         f"(one sample's shape, without the batch): {first}") from None
+
+
 def describe(spec: WorkloadSpec, flops: bool = True) -> WorkloadInfo:
     """Parameter count, bytes per tensor and FLOPs per sample of ``spec``'s model.
 

@@ -53,7 +53,8 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", metavar="MODEL",
                    help="torchvision model name (resnet50, alexnet, ...) or package.module:factory")
     p.add_argument("--input-shape", default="3,224,224", metavar="C,H,W",
-                   help="per-sample input shape (default 3,224,224)")
+                   help="per-sample input shape, positive integers (default 3,224,224); "
+                        "checked against MODEL before anything runs")
     p.add_argument("--num-classes", type=positive_int, default=1000, metavar="N")
     p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
                    help="sgd (momentum 0.9) or adam (default sgd)")
@@ -62,9 +63,12 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 
 def workload_from_args(args: argparse.Namespace):
-    from scalelab.workload import WorkloadSpec, parse_input_shape
+    """The workload the options name, checked: the model builds and takes the input shape
+    (a forward and the loss on meta tensors), so a bad MODEL or ``--input-shape`` is one
+    line and exit 2 before any process starts or anything is measured."""
+    from scalelab.workload import WorkloadSpec, check_workload, parse_input_shape
 
-    return WorkloadSpec(
+    spec = WorkloadSpec(
         model=args.model,
         input_shape=parse_input_shape(args.input_shape),
         num_classes=args.num_classes,
@@ -72,3 +76,5 @@ def workload_from_args(args: argparse.Namespace):
         lr=args.lr,
         loss=args.loss,
     )
+    check_workload(spec)
+    return spec

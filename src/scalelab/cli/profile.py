@@ -7,6 +7,7 @@ import json
 EPILOG = """examples:
   scalelab profile resnet18 --input-shape 3,64,64 --batch-sizes 2,4
   scalelab profile resnet50 --device cuda --memory-budget 70GiB --out r50.json
+  scalelab profile resnet18 --device cuda:1 --steps 10
   scalelab profile mypkg.models:build --input-shape 3,32,32 --num-classes 10
   scalelab profile resnet18 --data ./images --batch-sizes 32
 """
@@ -14,7 +15,7 @@ EPILOG = """examples:
 
 def register(sub) -> None:
     from scalelab.cli import HelpFormatter
-    from scalelab.cli._common import add_workload_options, bytes_arg
+    from scalelab.cli._common import add_workload_options, bytes_arg, positive_int
 
     p = sub.add_parser("profile", help="benchmark one device: step, memory, batch, algorithms",
                        description="Time the training step of MODEL on this device, find the "
@@ -22,7 +23,9 @@ def register(sub) -> None:
                                    "computation configurations, and time the input pipeline.",
                        epilog=EPILOG, formatter_class=HelpFormatter)
     add_workload_options(p)
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--device", default="cpu", metavar="cpu|cuda|cuda:N",
+                   help="cpu (default), cuda (the GPU of LOCAL_RANK, else the current one) "
+                        "or cuda:N")
     p.add_argument("--batch-sizes", default="auto", metavar="auto|B1,B2,...",
                    help="auto (search) or a list of batch sizes (default auto)")
     p.add_argument("--memory-budget", type=bytes_arg, default=None, metavar="SIZE",
@@ -34,7 +37,9 @@ def register(sub) -> None:
                    help="synthetic inputs, or an image folder (class sub-folders) to time I/O")
     p.add_argument("--algorithms", choices=["auto", "none"], default="auto",
                    help="compare computation configurations (default auto)")
-    p.add_argument("--steps", type=int, default=2, help="timed steps per trial (default 2)")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="timed steps per trial (default 5; fewer is noted in the output; at "
+                        "least 3 on CUDA)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps per trial (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="profile.json", help="output file (default profile.json)")
@@ -81,8 +86,7 @@ def run(args) -> int:
     from scalelab.profiler import ProfileOptions, run_profile
     from scalelab.results import write_json
 
-    spec = workload_from_args(args)
-    spec.build_model(seed=None)  # bad model names and factories fail here, before measuring
+    spec = workload_from_args(args)  # bad models and input shapes fail here, before measuring
     opts = ProfileOptions(device=args.device, batch_sizes=args.batch_sizes,
                           memory_budget_bytes=args.memory_budget, data=args.data,
                           algorithms=args.algorithms, warmup=args.warmup, steps=args.steps,
@@ -113,6 +117,8 @@ def run(args) -> int:
                       f"recommended batch: {prof['recommended_batch_size']} (* above: smallest "
                       f"within 5% of the best throughput); computation: "
                       f"{prof['algorithms']['chosen']}")
+        for u in prof.get("untrainable_batches", []):
+            console.print(f"note: {u['reason']} (passed over)", highlight=False)
         for w in prof.get("warnings", []):
             err_console.print(f"[yellow]warning:[/yellow] {w}")
         console.print(f"profile written to [bold]{path}[/bold]")

@@ -1,4 +1,8 @@
-"""Peak memory of a training step: CUDA's allocator statistics or the process's peak RSS."""
+"""Peak memory of a training step: CUDA's allocator statistics or the process's peak RSS.
+
+Every function takes the device (``"cpu"``, ``"cuda:1"``, a ``torch.device``) and asks
+CUDA about that device's index, never about device 0 by default.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,19 @@ import resource
 import torch
 
 
-def reset_peak_memory(device: str) -> None:
+def _cuda(device: str | torch.device) -> torch.device | None:
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    return dev if dev.index is not None else torch.device("cuda", torch.cuda.current_device())
+
+
+def reset_peak_memory(device: str | torch.device) -> None:
     """Start a new peak: CUDA's counter, or the kernel's high-water mark of this process."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    dev = _cuda(device)
+    if dev is not None:
+        torch.cuda.synchronize(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
         return
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -21,11 +33,12 @@ def reset_peak_memory(device: str) -> None:
         pass
 
 
-def peak_memory_bytes(device: str) -> int:
+def peak_memory_bytes(device: str | torch.device) -> int:
     """Peak since the last reset: allocated bytes on CUDA, resident bytes on CPU."""
-    if device == "cuda":
-        torch.cuda.synchronize()
-        return int(torch.cuda.max_memory_allocated())
+    dev = _cuda(device)
+    if dev is not None:
+        torch.cuda.synchronize(dev)
+        return int(torch.cuda.max_memory_allocated(dev))
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -48,10 +61,11 @@ def resident_bytes(pid: int) -> int | None:
     return None
 
 
-def device_memory_bytes(device: str) -> int:
+def device_memory_bytes(device: str | torch.device) -> int:
     """Memory of the device: the GPU's total, or the memory available to this machine now."""
-    if device == "cuda":
-        return int(torch.cuda.get_device_properties(0).total_memory)
+    dev = _cuda(device)
+    if dev is not None:
+        return int(torch.cuda.get_device_properties(dev).total_memory)
     try:
         with open("/proc/meminfo") as f:
             for line in f:

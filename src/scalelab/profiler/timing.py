@@ -2,13 +2,18 @@
 
 Measured like a benchmark: warm-up steps are discarded, the device is synchronized around
 every phase, and the median and spread of the timed steps are reported. On CUDA the phases
-are timed with CUDA events and peak memory is ``torch.cuda.max_memory_allocated``; on CPU
-with ``time.perf_counter`` and the process's peak resident memory (``VmHWM``, reset before
-the timed steps through ``/proc/self/clear_refs``). The same code path serves both.
+are timed with CUDA events on the current stream of the device the trial runs on (made the
+current device for the trial, so ``"cuda:1"`` times GPU 1) and peak memory is
+``torch.cuda.max_memory_allocated`` of that device; on CPU with ``time.perf_counter`` and the
+process's peak resident memory (``VmHWM``, reset before the timed steps through
+``/proc/self/clear_refs``). The same code path serves both. fp16 autocast trains through a
+``GradScaler`` (scaled backward, unscaled and checked step, scale update), as fp16 training
+does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -48,13 +53,14 @@ class StepTiming:
 class _Clock:
     """Wall-clock marks on CPU, CUDA events on GPU; ``elapsed`` synchronizes."""
 
-    def __init__(self, device: str):
-        self.cuda = device == "cuda"
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.stream = torch.cuda.current_stream(device) if self.cuda else None
 
     def mark(self):
         if self.cuda:
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(self.stream)
             return ev
         return time.perf_counter()
 
@@ -69,7 +75,7 @@ def time_steps(
     spec: WorkloadSpec,
     model: torch.nn.Module,
     batch_size: int,
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
     algorithm: str = "default",
     warmup: int = 1,
     steps: int = 3,
@@ -78,44 +84,57 @@ def time_steps(
     """Train ``model`` for ``warmup + steps`` steps at ``batch_size`` and time the last ones."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps}, {warmup}")
-    model = model.to(device).train()
-    x, y = spec.synthetic_batch(batch_size, seed=seed, device=device)
-    model, x = algorithms.prepare(algorithm, model, x)
-    optimizer = spec.make_optimizer(model.parameters())
-    loss_fn = spec.loss_fn()
-    clock = _Clock(device)
-    samples: dict[str, list[float]] = {p: [] for p in PHASES}
-    with algorithms.backend_flags(algorithm):
-        for i in range(warmup + steps):
-            if i == warmup:
-                reset_peak_memory(device)
-            t0 = clock.mark()
-            optimizer.zero_grad(set_to_none=True)
-            with algorithms.autocast(algorithm, device):
-                loss = loss_fn(logits_of(model(x)), y)
-            t1 = clock.mark()
-            loss.backward()
-            t2 = clock.mark()
-            optimizer.step()
-            t3 = clock.mark()
-            if i >= warmup:
-                samples["forward_s"].append(clock.elapsed(t0, t1))
-                samples["backward_s"].append(clock.elapsed(t1, t2))
-                samples["optimizer_s"].append(clock.elapsed(t2, t3))
-                samples["step_s"].append(clock.elapsed(t0, t3))
+    dev = torch.device(device)
+    on_device = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
+    with on_device, algorithms.backend_flags(algorithm, dev):
+        samples = _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed)
     med = {p: statistics.median(v) for p, v in samples.items()}
     spread = {f"{p}_spread": max(v) - min(v) for p, v in samples.items()}
     return StepTiming(
         batch_size=batch_size, algorithm=algorithm, **med, **spread,
-        samples_per_s=batch_size / med["step_s"], peak_memory_bytes=peak_memory_bytes(device),
+        samples_per_s=batch_size / med["step_s"], peak_memory_bytes=peak_memory_bytes(dev),
         warmup_steps=warmup, timed_steps=steps,
     )
+
+
+def _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed
+           ) -> dict[str, list[float]]:
+    model = model.to(dev).train()
+    x, y = spec.synthetic_batch(batch_size, seed=seed, device=dev)
+    model, x = algorithms.prepare(algorithm, model, x)
+    optimizer = spec.make_optimizer(model.parameters())
+    scaler = algorithms.grad_scaler(algorithm, dev)
+    loss_fn = spec.loss_fn()
+    clock = _Clock(dev)
+    samples: dict[str, list[float]] = {p: [] for p in PHASES}
+    for i in range(warmup + steps):
+        if i == warmup:
+            reset_peak_memory(dev)
+        t0 = clock.mark()
+        optimizer.zero_grad(set_to_none=True)
+        with algorithms.autocast(algorithm, dev):
+            loss = loss_fn(logits_of(model(x)), y)
+        t1 = clock.mark()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+        t2 = clock.mark()
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        t3 = clock.mark()
+        if i >= warmup:
+            samples["forward_s"].append(clock.elapsed(t0, t1))
+            samples["backward_s"].append(clock.elapsed(t1, t2))
+            samples["optimizer_s"].append(clock.elapsed(t2, t3))
+            samples["step_s"].append(clock.elapsed(t0, t3))
+    return samples
 
 
 def measure_steps(
     spec: WorkloadSpec,
     batch_size: int,
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
     algorithm: str = "default",
     warmup: int = 2,
     steps: int = 5,

@@ -3,7 +3,8 @@
 Run as ``python -m scalelab.profiler.worker``. A spawned interpreter rather than a fork,
 because a process forked after OpenMP has started its threads hangs at its first parallel
 operation. ``MALLOC_MMAP_THRESHOLD_`` is fixed by the parent so that freed tensors return
-to the system and the next trial's peak resident memory starts from the baseline.
+to the system and the next trial's peak resident memory starts from the baseline. Every
+trial starts from the model's initial weights, with no gradients.
 """
 
 from __future__ import annotations
@@ -24,35 +25,37 @@ def _trim() -> None:
         pass
 
 
-def main() -> int:
+def _trial(req: dict, models: dict) -> dict:
+    from scalelab.profiler.probe import InitialWeights
     from scalelab.profiler.timing import time_steps
     from scalelab.workload import WorkloadSpec
 
-    models: dict[str, torch.nn.Module] = {}
+    spec = WorkloadSpec.from_dict(req["spec"])
+    key = json.dumps(req["spec"], sort_keys=True)
+    if key not in models:
+        model = spec.build_model(seed=req.get("seed", 0))
+        models[key] = (model, InitialWeights(model))
+    model, initial = models[key]
+    model = initial.restore(model.to(memory_format=torch.contiguous_format))
+    _trim()
+    t = time_steps(spec, model, req["batch_size"], req.get("device", "cpu"),
+                   req.get("algorithm", "default"), req["warmup"], req["steps"],
+                   req.get("seed", 0))
+    return {"timing": t.to_dict()}
+
+
+def main() -> int:
+    from scalelab.profiler.failures import describe_failure, is_out_of_memory
+
+    models: dict[str, tuple] = {}
     for line in sys.stdin:
         req = json.loads(line)
         if req.get("threads"):
             torch.set_num_threads(int(req["threads"]))
         try:
-            spec = WorkloadSpec.from_dict(req["spec"])
-            key = json.dumps(req["spec"], sort_keys=True)
-            if key not in models:
-                models[key] = spec.build_model(seed=req.get("seed", 0))
-            model = models[key].to(memory_format=torch.contiguous_format)
-            _trim()
-            t = time_steps(spec, model, req["batch_size"], req.get("device", "cpu"),
-                           req.get("algorithm", "default"), req["warmup"], req["steps"],
-                           req.get("seed", 0))
-            reply = {"timing": t.to_dict()}
-        except MemoryError:
-            reply = {"oom": "allocation failed"}
-        except RuntimeError as e:
-            if "out of memory" in str(e).lower() or "can't allocate" in str(e).lower():
-                reply = {"oom": str(e)}
-            else:
-                reply = {"error": f"{type(e).__name__}: {e}"}
+            reply = _trial(req, models)
         except Exception as e:  # noqa: BLE001 - reported to the parent, which decides
-            reply = {"error": f"{type(e).__name__}: {e}"}
+            reply = {"oom" if is_out_of_memory(e) else "error": describe_failure(e)}
         _trim()
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
