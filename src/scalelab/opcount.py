@@ -1,0 +1,184 @@
+"""Per-operation cost of one training step: FLOPs and bytes moved, counted on meta tensors.
+
+A model is built on the meta device (shapes only, no weights, no memory) and one training
+step (forward, loss, backward) runs under a ``TorchDispatchMode`` that sees every ATen
+operation. For each operation:
+
+- FLOPs: from ``torch.utils.flop_counter``'s formula registry (matrix products, convolutions
+  and attention; the counts ``FlopCounterMode`` gives). Other operations (batch norm,
+  activations, additions, pooling, losses) have no entry there and count 0 FLOPs: on a GPU
+  they are bound by memory, which is what their bytes describe.
+- bytes: the sizes of the tensor inputs plus the tensor outputs, at fp32 (the meta tensors'
+  dtype). An operation that only makes a view (``view``, ``t``, ``expand`` ...) moves
+  nothing and is left out, as is anything with neither FLOPs nor bytes.
+- ``tensor_core``: True for the matrix products and convolutions, the operations a TF32,
+  FP16 or BF16 tensor-core path runs; the roofline uses that precision's peak for them and
+  the FP32 peak for the rest.
+
+The optimizer step is not run (its cost does not depend on the data): SGD with momentum
+reads the parameter, its gradient and the momentum buffer and writes the buffer and the
+parameter (5 x parameter bytes, 3 FLOPs per element); Adam reads parameter, gradient and two
+moments and writes three (7 x parameter bytes, about 10 FLOPs per element). PyTorch's default
+``foreach`` implementation launches one kernel per group of up to 110 tensors for each of
+its few element-wise passes, so it is one entry with that kernel count.
+
+Results are cached per (model, input shape, classes, optimizer, batch) and are deterministic:
+the same spec gives the same list, in execution order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from scalelab.workload import WorkloadSpec, logits_of
+
+PHASES = ("forward", "backward", "optimizer")
+_FOREACH_TENSORS_PER_KERNEL = 110  # torch's multi_tensor_apply depth-1 list size
+_OPTIMIZER_PASSES = {"sgd": 3, "adam": 5}  # element-wise foreach passes per step
+_OPTIMIZER_BYTES = {"sgd": 5, "adam": 7}  # parameter-sized tensors read + written
+_OPTIMIZER_FLOPS = {"sgd": 3, "adam": 10}  # per parameter element
+
+_TENSOR_CORE_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
+                    "_convolution", "cudnn_convolution", "_scaled_dot_product_efficient_attention",
+                    "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
+                    "_scaled_dot_product_efficient_attention_backward",
+                    "_scaled_dot_product_flash_attention_backward"}
+_VIEW_OPS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias",
+             "as_strided", "slice", "select", "unsqueeze", "squeeze", "reshape", "_reshape_alias",
+             "split", "split_with_sizes", "unbind", "chunk", "narrow", "lift_fresh", "unfold"}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operation of a training step."""
+
+    name: str
+    phase: str
+    flops: float
+    bytes_fp32: float  # inputs + outputs at 4 bytes per element
+    tensor_core: bool
+    kernels: int = 1
+
+    def __post_init__(self):
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
+        if self.flops < 0 or self.bytes_fp32 < 0 or self.kernels < 0:
+            raise ValueError(f"op {self.name}: flops {self.flops}, bytes {self.bytes_fp32}, "
+                             f"kernels {self.kernels} must be >= 0")
+
+
+@dataclass(frozen=True)
+class StepOps:
+    """All operations of one training step of ``model`` at ``batch_size``."""
+
+    model: str
+    input_shape: tuple[int, ...]
+    num_classes: int
+    optimizer: str
+    batch_size: int
+    param_count: int
+    ops: tuple[OpCost, ...]
+
+    @property
+    def flops(self) -> float:
+        return sum(o.flops for o in self.ops)
+
+    @property
+    def bytes_fp32(self) -> float:
+        return sum(o.bytes_fp32 for o in self.ops)
+
+    @property
+    def kernels(self) -> int:
+        return sum(o.kernels for o in self.ops)
+
+    def phase_flops(self, phase: str) -> float:
+        return sum(o.flops for o in self.ops if o.phase == phase)
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * 4 for t in tensors if isinstance(t, torch.Tensor))
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.phase = "forward"
+        self.ops: list[OpCost] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        packet = func._overloadpacket
+        name = packet.__name__
+        if name in _VIEW_OPS:
+            return out
+        flops = 0.0
+        formula = flop_registry.get(packet)
+        if formula is not None:
+            flops = float(formula(*args, **kwargs, out_val=out))
+        in_leaves, _ = tree_flatten((args, kwargs))
+        out_leaves, _ = tree_flatten(out)
+        nbytes = _nbytes(in_leaves) + _nbytes(out_leaves)
+        if flops or nbytes:
+            self.ops.append(OpCost(name, self.phase, flops, float(nbytes),
+                                   name in _TENSOR_CORE_OPS))
+        return out
+
+
+def _optimizer_op(spec: WorkloadSpec, params: list[torch.Tensor]) -> OpCost:
+    n = sum(p.numel() for p in params)
+    groups = -(-len(params) // _FOREACH_TENSORS_PER_KERNEL)
+    return OpCost(f"optimizer.{spec.optimizer}", "optimizer",
+                  float(_OPTIMIZER_FLOPS[spec.optimizer] * n),
+                  float(_OPTIMIZER_BYTES[spec.optimizer] * n * 4), False,
+                  kernels=_OPTIMIZER_PASSES[spec.optimizer] * groups)
+
+
+@lru_cache(maxsize=64)
+def _count(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
+           batch_size: int) -> StepOps:
+    spec = WorkloadSpec(model=model, input_shape=input_shape, num_classes=num_classes,
+                        optimizer=optimizer)
+    with torch.device("meta"):
+        net = spec.build_model(seed=None)
+        x = torch.empty((batch_size, *spec.input_shape))
+        y = torch.zeros(batch_size, dtype=torch.long)
+    net.train()
+    params = [p for p in net.parameters() if p.requires_grad]
+    rec = _Recorder()
+    with rec:
+        loss = spec.loss_fn()(logits_of(net(x)), y)
+        rec.phase = "backward"
+        loss.backward()
+    ops = (*rec.ops, _optimizer_op(spec, params))
+    return StepOps(model, tuple(input_shape), num_classes, optimizer, batch_size,
+                   sum(p.numel() for p in params), ops)
+
+
+def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
+    """The operations of one training step of ``spec`` at ``batch_size`` (cached).
+
+    ``spec`` is a :class:`WorkloadSpec` or a model name (ImageNet defaults). A model that
+    cannot run on meta tensors raises ``ValueError`` naming it.
+    """
+    if isinstance(spec, str):
+        spec = WorkloadSpec(model=spec)
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size}")
+    if batch_size < 2:
+        raise ValueError("batch_size must be >= 2: batch normalization in training needs "
+                         "more than one value per channel")
+    try:
+        return _count(spec.model, tuple(spec.input_shape), spec.num_classes, spec.optimizer,
+                      int(batch_size))
+    except (ValueError, TypeError):
+        raise
+    except Exception as e:  # noqa: BLE001 - a model that meta tensors cannot run
+        raise ValueError(f"model {spec.model!r}: cannot count its operations on meta "
+                         f"tensors: {e}") from None

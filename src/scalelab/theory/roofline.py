@@ -1,0 +1,116 @@
+"""A roofline per operation: how long a training step takes on a device it was not run on.
+
+Derivation. An operation that does F floating-point operations and moves B bytes between
+the device's memory and its cores cannot finish before either is done:
+
+    t_op >= F / P          (P: the device's peak FLOP/s for the units that run it)
+    t_op >= B / W          (W: the device's memory bandwidth, bytes/s)
+
+(Williams, Waterman, Patterson, "Roofline: an insightful visual performance model",
+CACM 52(4), 2009.) Real kernels reach only a fraction of either peak, so with achievable
+fractions e_c (compute) and e_m (memory) in (0, 1]:
+
+    t_op = max(F / (P * e_c), B / (W * e_m))
+
+The max, not the sum, because a kernel overlaps its loads with its arithmetic; whichever
+resource it exhausts first sets its time. A step runs its operations one after another on
+one stream, so
+
+    T_step = sum over ops of t_op.
+
+Which peak P applies depends on the precision the operation runs in: matrix products and
+convolutions run on tensor cores at TF32/FP16/BF16 where the device has them; element-wise
+operations, normalization and pooling have no FLOPs worth counting and are bound by B / W.
+The caller chooses P and B per operation (bytes halve under fp16/bf16 autocast).
+
+The floor. Each operation is at least one kernel launch, and a GPU cannot start kernels
+faster than its launch path allows: with K kernels per step and a launch costing
+``launch_s``, T_step >= K * launch_s, however small the batch. This is the step floor of a
+device: below it the step is bound by launches, not by the roofline, so
+
+    T_step = max(sum of t_op, K * launch_s).
+
+Assumptions: one stream (no two kernels overlap), no caching of operands across operations
+(each operation reads its inputs from memory), e_c and e_m the same for every operation of a
+step on a device at a precision (they are fitted to measured steps, so they absorb the
+kernels' differences on average).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RooflineOp:
+    """One operation as the roofline sees it: work, traffic and the peak of its units."""
+
+    flops: float
+    nbytes: float
+    peak_flops: float  # FLOP/s of the units that run it, at its precision
+    kernels: int = 1
+
+    def __post_init__(self):
+        if self.flops < 0 or self.nbytes < 0:
+            raise ValueError(f"flops {self.flops} and bytes {self.nbytes} must be >= 0")
+        if not self.peak_flops > 0:
+            raise ValueError(f"peak_flops must be > 0, got {self.peak_flops}")
+        if self.kernels < 0:
+            raise ValueError(f"kernels must be >= 0, got {self.kernels}")
+
+
+@dataclass(frozen=True)
+class RooflineStep:
+    step_s: float  # max(roofline_s, floor_s)
+    roofline_s: float  # sum of per-op times
+    compute_bound_s: float  # part of roofline_s spent in compute-bound ops
+    memory_bound_s: float  # part spent in memory-bound ops
+    floor_s: float  # kernels x launch_s
+    kernels: int
+
+    @property
+    def bound(self) -> str:
+        if self.floor_s >= self.roofline_s:
+            return "launch"
+        return "compute" if self.compute_bound_s >= self.memory_bound_s else "memory"
+
+
+def op_time_s(flops: float, nbytes: float, peak_flops: float, bandwidth_Bps: float,
+              e_c: float, e_m: float) -> float:
+    """t = max(F / (P e_c), B / (W e_m)) for one operation."""
+    _check_fraction("e_c", e_c)
+    _check_fraction("e_m", e_m)
+    if not (peak_flops > 0 and bandwidth_Bps > 0):
+        raise ValueError(f"peak_flops {peak_flops} and bandwidth_Bps {bandwidth_Bps} must be > 0")
+    return max(flops / (peak_flops * e_c), nbytes / (bandwidth_Bps * e_m))
+
+
+def step_floor_s(kernels: int, launch_s: float) -> float:
+    """The step floor: K kernels cannot run in less than K launches, K * launch_s."""
+    if kernels < 0 or launch_s < 0:
+        raise ValueError(f"kernels {kernels} and launch_s {launch_s} must be >= 0")
+    return kernels * launch_s
+
+
+def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e_m: float,
+                  launch_s: float = 0.0) -> RooflineStep:
+    """T_step = max(sum_ops max(F/(P e_c), B/(W e_m)), K launch_s)."""
+    compute_s = memory_s = 0.0
+    kernels = 0
+    for op in ops:
+        tc = op.flops / (op.peak_flops * e_c) if op.flops else 0.0
+        t = op_time_s(op.flops, op.nbytes, op.peak_flops, bandwidth_Bps, e_c, e_m)
+        if tc >= t and op.flops:
+            compute_s += t
+        else:
+            memory_s += t
+        kernels += op.kernels
+    roof = compute_s + memory_s
+    floor = step_floor_s(kernels, launch_s)
+    return RooflineStep(max(roof, floor), roof, compute_s, memory_s, floor, kernels)
+
+
+def _check_fraction(name: str, value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError(f"{name} must be in (0, 1], got {value}")

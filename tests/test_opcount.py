@@ -1,0 +1,64 @@
+import time
+
+import pytest
+
+from scalelab import opcount
+from scalelab.opcount import step_ops
+from scalelab.workload import WorkloadSpec, describe
+
+
+def test_flops_match_flop_counter_and_scale_with_batch():
+    spec = WorkloadSpec("resnet18", input_shape=(3, 64, 64), num_classes=10)
+    s4, s8 = step_ops(spec, 4), step_ops(spec, 8)
+    per_sample = describe(spec).flops_per_sample
+    train = s4.phase_flops("forward") + s4.phase_flops("backward")
+    assert train == pytest.approx(per_sample * 4, rel=1e-9)
+    assert s8.phase_flops("forward") == pytest.approx(2 * s4.phase_flops("forward"), rel=1e-9)
+    assert s8.phase_flops("backward") == pytest.approx(2 * s4.phase_flops("backward"), rel=1e-9)
+    assert s4.phase_flops("backward") > s4.phase_flops("forward") > 0
+
+
+def test_bytes_and_tensor_core_ops():
+    s = step_ops(WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10), 2)
+    convs = [o for o in s.ops if o.name == "convolution"]
+    assert len(convs) == 20 and all(o.tensor_core for o in convs)
+    bn = [o for o in s.ops if o.name.startswith("native_batch_norm")]
+    assert bn and all(o.flops == 0 and o.bytes_fp32 > 0 and not o.tensor_core for o in bn)
+    # the first convolution reads a 2x3x32x32 input and 64x3x7x7 weight, writes 2x64x16x16
+    first = convs[0]
+    assert first.bytes_fp32 == 4 * (2 * 3 * 32 * 32 + 64 * 3 * 7 * 7 + 2 * 64 * 16 * 16)
+    assert not any(o.name in ("view", "t", "detach") for o in s.ops)
+
+
+def test_optimizer_is_one_entry_with_foreach_kernels():
+    s = step_ops(WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10), 2)
+    opt = [o for o in s.ops if o.phase == "optimizer"]
+    assert len(opt) == 1
+    n = s.param_count
+    assert opt[0].bytes_fp32 == 5 * 4 * n and opt[0].flops == 3 * n
+    assert opt[0].kernels == 3 * 1  # 62 tensors: one foreach group, three passes
+    adam = step_ops(WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10,
+                                 optimizer="adam"), 2)
+    assert [o for o in adam.ops if o.phase == "optimizer"][0].bytes_fp32 == 7 * 4 * n
+
+
+def test_resnet50_fast_and_deterministic():
+    opcount._count.cache_clear()
+    t0 = time.perf_counter()
+    a = step_ops("resnet50", 64)
+    elapsed = time.perf_counter() - t0
+    opcount._count.cache_clear()
+    b = step_ops("resnet50", 64)
+    assert a == b and step_ops("resnet50", 64) is b  # cached
+    assert elapsed < 10.0, f"counting resnet50 took {elapsed:.1f} s"
+    # about 4.1 GMAC forward per 224x224 image, counted as 2 FLOPs each
+    assert a.phase_flops("forward") / 64 == pytest.approx(8.2e9, rel=0.02)
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=">= 2"):
+        step_ops("resnet18", 1)
+    with pytest.raises(ValueError, match="integer"):
+        step_ops("resnet18", 2.5)
+    with pytest.raises(ValueError):
+        step_ops("no_such_model_xyz", 4)
