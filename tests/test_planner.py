@@ -275,8 +275,13 @@ def test_plan_contract_fields_and_recommended_gpus():
     assert [r.gpus for r in ring] == list(range(1, 17))
     # ring of 16 over 100GbE payload: comm = 2*15/16*50e6/(94.93e9/8) = 7.9 ms
     assert ring[-1].comm_s == pytest.approx(2 * 15 / 16 * 50e6 / (94.93e9 / 8), rel=1e-6)
-    assert ring[-1].efficiency == pytest.approx(0.25 / (0.25 + ring[-1].comm_s))
+    # DDP's 25 MiB buckets: 2 buckets; backward (2/3 of 0.25 s) hides all but the last
+    assert ring[-1].efficiency == pytest.approx(0.25 / (0.25 + ring[-1].comm_s / 2))
     assert p.recommendation.gpus == 16
+    stated = plan(inp, Cluster(nodes=16, network="100GbE", architecture="allreduce",
+                               overlap=0.0))
+    last = [r for r in stated.sweep if r.architecture == "allreduce"][-1]
+    assert last.efficiency == pytest.approx(0.25 / (0.25 + last.comm_s))
 
 
 def test_target_efficiency_limits_gpus():
@@ -294,13 +299,13 @@ def test_target_efficiency_limits_gpus():
 def test_cpu_profile_on_gpu_target_is_an_assumed_mfu_estimate(tmp_path):
     path = write_profile(tmp_path / "p.json", step_s=2.0, batch=32, flops_per_sample=4e9)
     p = plan(load_profile(path), Cluster(device="A100-SXM-80GB", network="100GbE"))
-    expected = 4e9 * 32 / (19.5e12 * 0.4)
+    expected = 4e9 * 32 / (156e12 * 0.4)  # PyTorch's default on an A100: TF32
     assert p.inputs["compute_s"] == pytest.approx(expected)
     assert p.estimate is True and p.to_dict()["estimate"] is True
     assert any("assumption" in w and "0.4" in w for w in map(str, p.warnings))
     p2 = plan(load_profile(path), Cluster(device="A100-SXM-80GB", network="100GbE"),
               PlanOptions(default_mfu=0.5))
-    assert p2.inputs["compute_s"] == pytest.approx(4e9 * 32 / (19.5e12 * 0.5))
+    assert p2.inputs["compute_s"] == pytest.approx(4e9 * 32 / (156e12 * 0.5))
 
 
 def test_gpu_profile_scales_by_peak_ratio(tmp_path):

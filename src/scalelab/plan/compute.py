@@ -16,12 +16,36 @@ from scalelab.plan.options import PlanOptions
 from scalelab.theory import memory
 
 
-def _precision_of(algorithm: str | None) -> str:
+def precision_of(algorithm: str | None) -> str:
+    """The precision a computation configuration's name implies (fp32 when none)."""
     name = (algorithm or "").lower()
     for p in ("bf16", "fp16", "tf32"):
         if p in name:
             return p
     return "fp32"
+
+
+def target_precision(inp: PlanInput, cluster: Cluster, options: PlanOptions,
+                     target: hardware.Device) -> tuple[str, str]:
+    """(precision the target device computes in, why).
+
+    The user's word first (``--precision``, then the cluster's ``precision``); else, when the
+    profile was measured on a GPU, its chosen configuration; else PyTorch's default on the
+    target: TF32 for convolutions on devices with TF32 units (Ampere and later: PyTorch's
+    ``torch.backends.cudnn.allow_tf32`` defaults to True), FP32 elsewhere. What won on a
+    CPU says nothing about how the user trains on GPUs, so a CPU profile's choice is not
+    carried over.
+    """
+    if options.precision:
+        return options.precision, "as asked (--precision)"
+    if cluster.precision:
+        return cluster.precision, "the cluster file's precision"
+    src = hardware.match_device(inp.device) if inp.device else None
+    if src is not None and src.peak_flops("fp32") is not None and inp.algorithm:
+        return precision_of(inp.algorithm), f"the GPU profile's configuration {inp.algorithm}"
+    if target.peak_flops("tf32") is not None:
+        return "tf32", f"PyTorch's default on {target.name} (TF32 convolutions)"
+    return "fp32", f"PyTorch's default on {target.name} (FP32)"
 
 
 @dataclass(frozen=True)
@@ -46,7 +70,7 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
     src = hardware.match_device(inp.device) if inp.device else target
     if src is not None and src.name == target.name:
         return TargetCompute(step_s, False, (), ())
-    precision = options.precision or _precision_of(inp.algorithm)
+    precision, _why = target_precision(inp, cluster, options, target)
     warnings: list[str] = []
     peak_t = target.peak_flops(precision)
     if peak_t is None:

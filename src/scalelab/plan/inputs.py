@@ -59,6 +59,8 @@ class PlanInput:
     """Classifier outputs."""
     busy: bool = False
     """The profile was measured while the machine was busy (its figures are suspect)."""
+    backward_fraction: float | None = None
+    """Backward's share of the measured step (from the profile's split), 0..1."""
 
     def __post_init__(self):
         where = f"{self.path}: " if self.path else ""
@@ -166,7 +168,17 @@ def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput
         device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
         batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
         max_batch_size=data.get("max_batch_size"), path=where, busy=_busy(data),
+        backward_fraction=_backward_fraction(batches_raw, rec),
     )
+
+
+def _backward_fraction(rows: list, batch: int) -> float | None:
+    for r in rows:
+        if isinstance(r, dict) and r.get("batch_size") == batch:
+            b, t = r.get("backward_s"), r.get("step_s")
+            if isinstance(b, (int, float)) and isinstance(t, (int, float)) and t > 0:
+                return min(1.0, max(0.0, b / t))
+    return None
 
 
 def load_workload(path: str | Path) -> PlanInput:

@@ -120,6 +120,12 @@ class _Setting:
     work: StepWorkload
     loaders: int
     loaders_needed: int
+    derive_overlap: bool
+
+    @property
+    def samples_per_exchange(self) -> int:
+        """Samples one device contributes between two exchanges: b x accumulation steps."""
+        return self.batch * self.cluster.accumulation_steps
 
 
 def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Notes):
@@ -133,18 +139,26 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
     tc = target_compute(inp, measured, batch, cluster, options)
     for w in tc.warnings:
         notes.warn("estimate", w)
+    k = cluster.accumulation_steps
+    compute_s = k * tc.compute_s  # k micro-batches per exchange
     load = inp.load_s_per_batch
     if load:
         needed = theory_io.loader_workers_needed(load, tc.compute_s)
         loaders = needed if options.loader_workers is None else options.loader_workers
-        io_s = theory_io.exposed_io_s(load, loaders, tc.compute_s)
+        io_s = k * theory_io.exposed_io_s(load, loaders, tc.compute_s)
     else:
-        needed, loaders, io_s = 0, options.loader_workers or 0, inp.io_s
+        needed, loaders, io_s = 0, options.loader_workers or 0, inp.io_s * k
     if cluster.ps_partition == "tensor" and not inp.tensor_bytes:
         raise UsageError("ps_partition 'tensor' needs the model's tensor sizes "
                          "(a profile, or a workload file naming the model)")
-    work = StepWorkload(inp.param_bytes, tc.compute_s, io_s, inp.tensor_bytes)
-    return _Setting(inp, cluster, options, params, batch, measured, work, loaders, needed), tc
+    backward = (None if inp.backward_fraction is None
+                else inp.backward_fraction * tc.compute_s)
+    work = StepWorkload(cluster.grad_bytes(inp.param_bytes), compute_s, io_s,
+                        tuple(int(cluster.grad_bytes(b)) for b in inp.tensor_bytes),
+                        backward_s=backward)
+    derive = cluster.overlap is None and options.params is None
+    return _Setting(inp, cluster, options, params, batch, measured, work, loaders, needed,
+                    derive), tc
 
 
 def _inputs_record(st: _Setting, archs: tuple[str, ...], max_gpus: int) -> dict[str, Any]:
@@ -177,8 +191,10 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     archs = options.architectures or (
         cluster.architecture, *[a for a in ARCHITECTURES if a != cluster.architecture])
     full = list(range(1, max_gpus + 1))
-    all_rows = {a: sweep_architecture(st.work, cluster, st.params, a, full, st.batch,
-                                      target_efficiency=options.target_efficiency)
+    all_rows = {a: sweep_architecture(st.work, cluster, st.params, a, full,
+                                      st.samples_per_exchange,
+                                      target_efficiency=options.target_efficiency,
+                                      derive_overlap=st.derive_overlap)
                 for a in archs}
     shown = set(device_counts(max_gpus))
     sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
