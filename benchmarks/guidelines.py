@@ -1,6 +1,6 @@
 """Do the guidelines pay? Naive against recommended, measured, one recommendation at a time.
 
-Runs ``scalelab compare`` (:func:`scalelab.compare.compare`) for an FC-heavy model (an
+Runs ``scalelab compare`` (:func:`scalelab.experiment.compare.compare`) for an FC-heavy model (an
 AlexNet-like network at 64x64 input whose first fully connected layer holds 63% of the
 parameters, as AlexNet's fc6 holds 62%) and a conv-heavy one (ResNet-18 at 32x32 input), each
 with 2 workers on an emulated network, and prints every step's measured speedup over the
@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    from scalelab.compare import CompareOptions, compare
+    from scalelab.experiment.compare import CompareOptions, compare
     from scalelab.results import write_json
+    from scalelab.theory.units import Bps_to_mbps
     from scalelab.workload import WorkloadSpec
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                                          batch_sizes=sizes,
                                          fresh_profiles=args.fresh_profiles),
                     progress=lambda text: print(f"  [{time.monotonic() - t0:6.1f} s] {text}",
-                                                file=sys.stderr, flush=True))
+                                                file=sys.stderr, flush=True)).to_dict()
         r["name"] = name
         r["wall_s"] = time.monotonic() - started
         results.append(r)
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{s['measured_samples_per_s']:>8.1f} {s['speedup']:>7.2f}x "
                   f"{s['predicted_speedup']:>7.2f}x {s['error']:>+7.1%}")
         link = r["link"]
-        print(f"{'':<13} link {link['bandwidth_Bps'] * 8 / 1e6:.0f} Mbit/s measured at "
+        print(f"{'':<13} link {Bps_to_mbps(link['bandwidth_Bps']):.0f} Mbit/s measured at "
               f"{args.rate}; skipped: {', '.join(s['name'] for s in r['skipped']) or '-'}; "
               f"{r['wall_s']:.0f} s")
     total = time.monotonic() - t0

@@ -10,11 +10,14 @@ A grid of real runs on emulated networks (network namespaces, links shaped with 
 - compute-bound: a convolution-heavy model with 67k parameters at 1 Gbit/s, where W
   workers share this machine's cores (the measured contention factor).
 
-Every case is predicted by ``scalelab.validate`` (planner, lone profile, contention,
-measured link) before it runs. Then every third case is used to fit the calibration
-(``scalelab.calibration.fit``) and the others are predicted again with it. Printed: median
-and max |error| of the step time, uncalibrated, on the cases not used for fitting, and
-after calibration on the same cases. Goal: median <= 10%, max <= 25% uncalibrated.
+Every case is predicted by :mod:`scalelab.experiment.validate` (the step model, lone
+profile, contention, measured link, the runner's exchange form) before it runs. Then every
+third case is given to the calibration (:func:`scalelab.experiment.calibrate.calibrate`:
+it fits what those cases constrain and keeps the fit only if it lowers their held-out
+error), and the others are predicted again with the model it chose. Printed: median and
+max |error| of the step time on the cases not used for fitting, uncalibrated and
+calibrated, the calibration's decision, and the load average (``os.getloadavg``) before
+and after. Goal: median <= 10%, max <= 25% uncalibrated; calibrated no worse.
 
     sudo python benchmarks/prediction_error.py --out bench-out/prediction_error.json \\
         --plot bench-out/prediction_error.png
@@ -33,17 +36,16 @@ ROOT = Path(__file__).resolve().parent.parent
 os.chdir(ROOT)  # the ranks import tests.toy_validate from here
 sys.path.insert(0, str(ROOT))
 
-from scalelab import calibration  # noqa: E402
-from scalelab.results import write_json  # noqa: E402
-from scalelab.validate import (  # noqa: E402
+from scalelab.experiment.calibrate import calibrate, observations_from_validation  # noqa: E402
+from scalelab.experiment.case import error_summary, predict_case, relative_error  # noqa: E402
+from scalelab.experiment.validate import (  # noqa: E402
     ValidationOptions,
     describe_config,
-    error_summary,
-    plot,
-    predict,
-    relative_error,
     run_cases,
 )
+from scalelab.report.figures import plot_validation  # noqa: E402
+from scalelab.results import write_json  # noqa: E402
+from scalelab.theory.units import Bps_to_mbps  # noqa: E402
 from scalelab.workload import WorkloadSpec  # noqa: E402
 
 COMM = WorkloadSpec("tests.toy_validate:alexnet_like", input_shape=(3, 32, 32), num_classes=10)
@@ -69,6 +71,32 @@ GRID = [
 ]
 
 
+def _print_summary(result: dict, cal, load_before) -> None:
+    before, after = result["held_out_uncalibrated"], result["held_out_calibrated"]
+    overall = {k: result[k] for k in ("median_abs_error", "max_abs_error")}
+    links, contention = result["link"], result["contention"]
+    print("links: " + ", ".join(f"{k} {Bps_to_mbps(v['bandwidth_Bps']):.1f} Mbit/s "
+                                 f"{v['latency_s'] * 1e6:.0f} us" for k, v in links.items()))
+    print("contention: " + ", ".join(f"{c['model'].rpartition(':')[2]} {c['architecture']} "
+                                     f"W={c['workers']} x{c['factor']:.2f}" for c in contention))
+    print(f"{len(result['cases'])} cases in {result['grid_s']:.0f} s; fitted on "
+          f"{result['fitted_cases']}, held out {before['cases']}; "
+          f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+          "cores (other processes on this machine slow compute unpredictably)")
+    print(f"held-out |error|, uncalibrated: median {before['median_abs_error']:.1%}, "
+          f"max {before['max_abs_error']:.1%}  (goal <= 10%, <= 25%)")
+    print(f"held-out |error|, calibrated:   median {after['median_abs_error']:.1%}, "
+          f"max {after['max_abs_error']:.1%}")
+    print(f"all cases uncalibrated: median {overall['median_abs_error']:.1%}, "
+          f"max {overall['max_abs_error']:.1%}")
+    print(f"calibration: the {cal.model} model is used ({cal.reason})")
+    fitted_params = [f"{p.name} {p.value:.4g} ± {p.std:.2g}" for p in cal.fit.parameters
+                     if p.fitted]
+    print("fitted: " + (", ".join(fitted_params) or "nothing"))
+    print("parameters used: "
+          + json.dumps({k: round(v, 9) for k, v in cal.params.to_dict().items()}))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
@@ -83,15 +111,15 @@ def main() -> int:
     cases, links, contention = [], {}, []
 
     def show(case):
-        print(f"  {describe_config(case['config']):32s} "
-              f"predicted {case['predicted_step_s'] * 1e3:8.1f} ms  "
-              f"measured {case['measured_step_s'] * 1e3:8.1f} ms  error {case['error']:+.1%}"
-              f"  ({case['bottleneck']})", flush=True)
+        print(f"  {describe_config(case.config):32s} "
+              f"predicted {case.predicted_step_s * 1e3:8.1f} ms  "
+              f"measured {case.measured_step_s * 1e3:8.1f} ms  error {case.error:+.1%}"
+              f"  ({case.bottleneck})", flush=True)
 
     for spec, configs in GRID:
         print(f"{spec.model}: {len(configs)} cases", flush=True)
         v = run_cases(spec, configs, options, say=lambda m: print(f"  . {m}", flush=True),
-                      on_case=show)
+                      on_case=show).to_dict()
         cases += v["cases"]
         links.update(v["link"])
         contention += [{"model": spec.model, **c} for c in v["contention"]]
@@ -101,9 +129,9 @@ def main() -> int:
         c["used_for_fitting"] = i % args.fit_every == 0
     fitted = [c for c in cases if c["used_for_fitting"]]
     held = [c for c in cases if not c["used_for_fitting"]]
-    fit = calibration.fit(calibration.observations_from_validation({"cases": fitted}))
+    cal = calibrate(observations_from_validation({"cases": fitted}))
     for c in cases:
-        c["calibrated_step_s"] = predict(c["inputs"], fit.params).step_s
+        c["calibrated_step_s"] = predict_case(c["inputs"], cal.params).step_s
         c["calibrated_error"] = relative_error(c["calibrated_step_s"], c["measured_step_s"])
     before, after = error_summary(held), error_summary(held, "calibrated_error")
     overall = error_summary(cases)
@@ -111,7 +139,7 @@ def main() -> int:
         "cases": cases, "link": links, "contention": contention,
         "median_abs_error": overall["median_abs_error"], "max_abs_error": overall["max_abs_error"],
         "held_out_uncalibrated": before, "held_out_calibrated": after,
-        "fitted_cases": len(fitted), "calibration": fit.params.to_dict(),
+        "fitted_cases": len(fitted), "calibration": cal.to_dict(),
         "goal": {"median_abs_error": 0.10, "max_abs_error": 0.25},
         "meets_goal": (before["median_abs_error"] <= 0.10 and before["max_abs_error"] <= 0.25),
         "grid_s": grid_s,
@@ -121,22 +149,10 @@ def main() -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     write_json(args.out, "validation", result)
     if args.plot:
-        plot({"cases": cases, **{k: result[k] for k in ("median_abs_error", "max_abs_error")}},
-             args.plot)
-    print("links: " + ", ".join(f"{k} {v['bandwidth_Bps'] * 8 / 1e6:.1f} Mbit/s "
-                                 f"{v['latency_s'] * 1e6:.0f} us" for k, v in links.items()))
-    print("contention: " + ", ".join(f"{c['model'].rpartition(':')[2]} {c['architecture']} "
-                                     f"W={c['workers']} x{c['factor']:.2f}" for c in contention))
-    print(f"{len(cases)} cases in {grid_s:.0f} s; fitted on {len(fitted)}, held out {len(held)}; "
-          f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
-          "cores (other processes on this machine slow compute unpredictably)")
-    print(f"held-out |error|, uncalibrated: median {before['median_abs_error']:.1%}, "
-          f"max {before['max_abs_error']:.1%}  (goal <= 10%, <= 25%)")
-    print(f"held-out |error|, calibrated:   median {after['median_abs_error']:.1%}, "
-          f"max {after['max_abs_error']:.1%}")
-    print(f"all cases uncalibrated: median {overall['median_abs_error']:.1%}, "
-          f"max {overall['max_abs_error']:.1%}")
-    print("calibration: " + json.dumps({k: round(v, 6) for k, v in fit.params.to_dict().items()}))
+        plot_validation({"cases": cases, **{k: result[k] for k in ("median_abs_error",
+                                                                   "max_abs_error")}},
+                        args.plot)
+    _print_summary(result, cal, load_before)
     print(f"-> {args.out}" + (f", {args.plot}" if args.plot else ""))
     return 0
 

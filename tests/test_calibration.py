@@ -1,11 +1,15 @@
+import dataclasses
+import json
+import math
+
 import pytest
 
-from scalelab import calibration
 from scalelab.cli import main
 from scalelab.errors import UsageError
+from scalelab.experiment import calibrate as calibration
+from scalelab.experiment.case import predict_case as predict
 from scalelab.planner import ModelParams, load_calibration
 from scalelab.results import read_json, write_json
-from scalelab.validate import predict
 
 TRUE = ModelParams(bandwidth_efficiency=0.8, latency_s=0.002, overlap=0.3, compute_scale=1.1)
 
@@ -77,8 +81,8 @@ def _run_json(**overrides):
 
 def test_run_files_use_their_own_compute_and_the_nominal_rate():
     o = calibration.observation_from_run(_run_json(), "run.json")
-    assert o.inputs["bandwidth_Bps"] == 25e6
-    assert o.inputs["compute_s"] == 0.01 and o.inputs["contention"] == 1.0
+    assert o.inputs.bandwidth_Bps == 25e6
+    assert o.inputs.compute_s == 0.01 and o.inputs.contention == 1.0
     assert o.measured_step_s == 0.02
     assert o.config["rate"] == "200mbit"
     with pytest.raises(UsageError, match="loopback"):
@@ -124,3 +128,128 @@ def test_cli_bad_files(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "c.json").exists()
+
+
+# --- what the cases constrain, held-out decisions and bands ----------------------------
+
+FIVE = ModelParams(bandwidth_efficiency=0.6, latency_s=0.003, overlap=0.4, compute_scale=1.2,
+                   apply_s_per_byte=2e-9)
+
+
+def _observations(params, grid, prior_bandwidth=1.0):
+    from scalelab.experiment.case import CaseInputs
+    from scalelab.experiment.observations import Observation
+
+    out = []
+    for arch, w, p, bw, comp, *rest in grid:
+        pb = rest[0] if rest else 4e6
+        inputs = CaseInputs(arch, w, p if arch == "ps" else 0, "balanced", pb, (), comp,
+                            rest[1] if len(rest) > 1 else 1.0, bw * prior_bandwidth, 1e-5,
+                            True)
+        config = {"workers": w, "ps": p or None, "architecture": arch, "partition": None,
+                  "batch_size": 8, "rate": f"{bw * 8 / 1e6:g}mbit"}
+        truth = dataclasses.replace(inputs, bandwidth_Bps=bw)
+        out.append(Observation(config, inputs, predict(truth, params).step_s))
+    return out
+
+
+RICH = [("ps", 2, 1, 25e6, 0.05), ("ps", 2, 2, 25e6, 0.05), ("ps", 4, 1, 25e6, 0.05),
+        ("ps", 4, 4, 62.5e6, 0.05), ("ps", 2, 1, 125e6, 0.4), ("allreduce", 2, 0, 25e6, 0.05),
+        ("allreduce", 4, 0, 125e6, 0.4), ("ps", 4, 2, 125e6, 0.2, 4e5, 1.9),
+        ("allreduce", 4, 0, 1e9, 0.3, 4e5, 2.0), ("ps", 4, 1, 125e6, 0.02),
+        ("allreduce", 8, 0, 62.5e6, 0.02, 4e5), ("ps", 8, 2, 62.5e6, 0.1, 1e6)]
+
+
+def test_calibration_recovers_every_true_parameter_within_5_percent():
+    cal = calibration.calibrate(_observations(FIVE, RICH))
+    assert cal.model == "calibrated"
+    for p in cal.fit.parameters:
+        assert p.fitted, p
+        assert p.value == pytest.approx(getattr(FIVE, p.name), rel=0.05), p
+        assert 0 < p.std < 0.05 * getattr(FIVE, p.name)
+    assert cal.params == cal.fit.params
+    cv = cal.cross_validation
+    assert cv.calibrated.median_abs_error < cv.uncalibrated.median_abs_error
+    assert cal.band.low <= 1.0 <= cal.band.high and cal.band.cases == len(RICH)
+
+
+def test_with_too_few_cases_parameters_keep_their_prior():
+    # compute-bound cases and a single network-bound one: bandwidth is not constrained
+    grid = [("ps", 2, 1, 1e9, 0.2, 1e5), ("ps", 4, 2, 1e9, 0.3, 1e5),
+            ("allreduce", 2, 0, 1e9, 0.25, 1e5), ("allreduce", 4, 0, 1e9, 0.1, 1e5),
+            ("ps", 2, 1, 25e6, 0.05)]
+    truth = ModelParams(compute_scale=1.3, bandwidth_efficiency=0.7)
+    fit = calibration.fit(_observations(truth, grid), ("compute_scale", "bandwidth_efficiency"))
+    by_name = {p.name: p for p in fit.parameters}
+    assert by_name["compute_scale"].fitted
+    assert by_name["compute_scale"].value == pytest.approx(1.3, rel=0.05)
+    bw = by_name["bandwidth_efficiency"]
+    assert not bw.fitted and bw.value == 1.0 and bw.std is None
+    assert "1 case(s) sensitive" in bw.reason
+    # two cases: nothing is judged on held-out cases, so the prior model is used
+    two = calibration.calibrate(_observations(truth, grid[:2]))
+    assert two.model == "uncalibrated" and two.params == ModelParams()
+    assert "at least 3" in two.reason and two.cross_validation is None
+
+
+def test_a_fit_that_raises_the_held_out_error_is_rejected():
+    # four cases the model gets right, two whose link is twice slower than described: one
+    # efficiency for all fits neither, and held out it makes the good ones worse
+    good = _observations(ModelParams(), [("ps", 2, 1, 25e6, 0.01), ("ps", 4, 2, 25e6, 0.01),
+                                         ("ps", 2, 2, 50e6, 0.01), ("ps", 4, 4, 50e6, 0.01)])
+    slow = _observations(ModelParams(bandwidth_efficiency=0.5),
+                         [("ps", 2, 1, 100e6, 0.01), ("ps", 4, 1, 100e6, 0.01)])
+    obs = [good[0], slow[0], good[1], good[2], slow[1], good[3]]
+    cal = calibration.calibrate(obs, ("bandwidth_efficiency",))
+    assert cal.fit.free == ("bandwidth_efficiency",)
+    assert cal.fit.params.bandwidth_efficiency < 0.95  # the fit moved...
+    cv = cal.cross_validation
+    assert cv.calibrated.median_abs_error > cv.uncalibrated.median_abs_error
+    assert cal.model == "uncalibrated" and cal.params == ModelParams()  # ...and was rejected
+    assert "does not lower the held-out error" in cal.reason
+    doc = cal.to_dict()
+    assert doc["decision"]["cross_validation"]["uncalibrated"]["median_abs_error"] == \
+        pytest.approx(cv.uncalibrated.median_abs_error)
+    assert doc["params"] == ModelParams().to_dict()
+    assert doc["fitted_params"]["bandwidth_efficiency"] < 0.95
+
+
+def test_calibration_file_round_trip_and_older_files():
+    cal = calibration.calibrate(_observations(FIVE, RICH[:8]))
+    back = calibration.Calibration.from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert back.params == cal.params and back.model == cal.model and back.band == cal.band
+    old = calibration.Calibration.from_dict({"params": {"overlap": 0.2}, "fitted_cases": []})
+    assert old.model == "calibrated" and old.params.overlap == 0.2 and old.band is None
+    with pytest.raises(UsageError, match="params"):
+        calibration.Calibration.from_dict({"fitted_cases": []})
+    with pytest.raises(UsageError, match="model must be"):
+        calibration.Calibration.from_dict({"params": {}, "model": "best"})
+
+
+def test_error_band_from_held_out_errors():
+    from scalelab.theory.band import ErrorBand, band_from_log_errors
+
+    # predicted 10% high on one case, 10% low on another
+    band = band_from_log_errors([math.log(1.1), math.log(0.9)], "test")
+    assert band.low == pytest.approx(1 / 1.1) and band.high == pytest.approx(1 / 0.9)
+    assert band.time_s(0.2) == pytest.approx((0.2 / 1.1, 0.2 / 0.9))
+    assert band.rate(100.0) == pytest.approx((90.0, 110.0))
+    assert band.coverage == pytest.approx(1 / 3)
+    # always around the prediction itself
+    assert band_from_log_errors([math.log(1.2)]).high == 1.0
+    with pytest.raises(ValueError, match="low"):
+        ErrorBand(1.2, 1.5, 3)
+
+
+def test_cli_reports_the_decision_and_the_band(tmp_path, capsys):
+    v = tmp_path / "validation.json"
+    write_json(v, "validation", {"cases": _cases(TRUE)})
+    out = tmp_path / "calibration.json"
+    assert main(["calibrate", str(v), "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "model used: calibrated" in text and "band:" in text
+    doc = read_json(out, "calibration")
+    cv = doc["decision"]["cross_validation"]
+    assert cv["calibrated"]["median_abs_error"] < cv["uncalibrated"]["median_abs_error"]
+    assert doc["band"]["low"] <= 1 <= doc["band"]["high"]
+    assert set(doc["parameters"]) == set(calibration.PARAMS)

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from scalelab.cli import main
-from scalelab.compare import ORDER, StepConfig, ablation, baseline_config, load_baseline
 from scalelab.errors import UsageError
+from scalelab.experiment.compare import ORDER, StepConfig, ablation, baseline_config, load_baseline
 from scalelab.results import read_json
 
 TOY = ["tests.toy_compare:wide_fc", "--input-shape", "3,16,16", "--num-classes", "10"]

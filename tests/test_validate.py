@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import subprocess
 import sys
@@ -7,9 +8,10 @@ import pytest
 from scalelab import netem
 from scalelab.cli import main
 from scalelab.errors import UsageError
+from scalelab.experiment.case import predict_case as predict
+from scalelab.experiment.validate import expand, parse_grid
 from scalelab.planner import ModelParams
 from scalelab.results import read_json, write_json
-from scalelab.validate import expand, parse_grid, predict
 from tests.test_netem import left_by
 
 TINY = ["tests.toy_validate:tiny", "--input-shape", "12", "--num-classes", "4"]
@@ -144,7 +146,7 @@ def test_validate_on_an_emulated_network_end_to_end(tmp_path):
 
 
 def test_fitted_cases_match_whatever_the_rate_spelling():
-    from scalelab.validate import config_key
+    from scalelab.experiment.validate import config_key
 
     a = {"workers": 2, "ps": 1, "architecture": "ps", "partition": "balanced",
          "batch_size": 8, "rate": "1gbit"}
@@ -152,3 +154,58 @@ def test_fitted_cases_match_whatever_the_rate_spelling():
     assert config_key(a) != config_key({**a, "ps": 2})
     ar = {**a, "architecture": "allreduce"}
     assert config_key(ar) == config_key({**ar, "ps": None, "partition": None})
+
+
+def test_case_inputs_are_typed_and_round_trip_through_the_file_form():
+    from scalelab.experiment.case import CaseInputs
+
+    d = _inputs(tensor_bytes=[60000, 40000])
+    inputs = CaseInputs.from_dict(d)
+    assert inputs.worker_compute_s == pytest.approx(0.15)
+    assert inputs.tensor_bytes == (60000, 40000)
+    assert inputs.to_dict() == {**d, "tensor_bytes": [60000, 40000]}
+    assert predict(inputs).step_s == predict(d).step_s
+    with pytest.raises(ValueError, match="bandwidth_Bps must be > 0, got 0"):
+        dataclasses.replace(inputs, bandwidth_Bps=0.0)
+    with pytest.raises(ValueError, match="ps >= 1"):
+        dataclasses.replace(inputs, ps=0)
+    with pytest.raises(UsageError, match="incomplete"):
+        CaseInputs.from_dict({k: v for k, v in d.items() if k != "compute_s"})
+
+
+def test_the_exchange_form_comes_from_the_run_configuration():
+    from scalelab.experiment.case import full_duplex_of
+    from scalelab.runner import RunConfig
+    from scalelab.workload import WorkloadSpec
+
+    spec = WorkloadSpec("tests.toy_validate:tiny", input_shape=(12,), num_classes=4)
+    assert full_duplex_of(RunConfig(workload=spec, workers=2, ps=1).exchange_form)
+    assert not full_duplex_of(RunConfig(workload=spec, workers=2,
+                                        architecture="allreduce").exchange_form)
+    # pipelined: both directions at once, one phase instead of push then pull
+    assert predict(_inputs(full_duplex=True)).comm_s < predict(_inputs()).comm_s
+
+
+def test_validation_results_are_dataclasses_with_the_file_form():
+    from scalelab.experiment.case import CaseInputs
+    from scalelab.experiment.validate import Validation, ValidationCase
+
+    config = {"workers": 2, "ps": 1, "architecture": "ps", "partition": "balanced",
+              "batch_size": 8, "rate": None}
+    case = ValidationCase(
+        config=config, predicted_step_s=0.5, measured_step_s=0.4, error=0.25,
+        predicted_compute_s=0.1, measured_compute_s=0.12, predicted_exchange_s=0.4,
+        measured_exchange_s=0.3, predicted_samples_per_s=32.0, measured_samples_per_s=40.0,
+        bottleneck="network-server", form="pipelined (full-duplex)",
+        inputs=CaseInputs.from_dict(_inputs()), achieved_bandwidth_Bps=None, steps_timed=8,
+        model="m", one_worker_step_s=0.2)
+    d = case.to_dict()
+    assert "calibrated_step_s" not in d and "used_for_fitting" not in d
+    assert d["inputs"] == _inputs()
+    cal = dataclasses.replace(case, calibrated_step_s=0.45, calibrated_error=0.125,
+                              used_for_fitting=False).to_dict()
+    assert cal["calibrated_error"] == 0.125 and cal["used_for_fitting"] is False
+    v = Validation(workload={}, cases=(case,), median_abs_error=0.25, max_abs_error=0.25,
+                   link={}, profile=[], contention=[], exchange_form="x")
+    vd = json.loads(json.dumps(v.to_dict()))
+    assert "calibration" not in vd and vd["cases"][0]["error"] == 0.25

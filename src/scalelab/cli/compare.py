@@ -101,7 +101,12 @@ def table(result: dict):
 
 def run(args) -> int:
     from scalelab.cli._common import console, err_console
-    from scalelab.compare import CompareOptions, baseline_config, compare, load_baseline
+    from scalelab.experiment.compare import (
+        CompareOptions,
+        baseline_config,
+        compare,
+        load_baseline,
+    )
     from scalelab.results import write_json, write_text_atomic
 
     base = load_baseline(args.baseline) if args.baseline else baseline_config()
@@ -118,7 +123,7 @@ def run(args) -> int:
     show = not args.quiet and not args.json
     result = compare(spec, options,
                      progress=(lambda text: err_console.print(f"[dim]{text}[/dim]"))
-                     if show else None)
+                     if show else None).to_dict()
     if args.out:
         write_json(args.out, "compare", result)
     if args.plot:
@@ -130,13 +135,15 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     elif not args.quiet:
+        from scalelab.theory.units import Bps_to_mbps
+
         console.print(table(result))
         for s in result["skipped"]:
             console.print(f"skipped {s['name']}: {s['reason']}")
         for n in result["notes"]:
             console.print(f"note: {n}")
         link = result["link"]
-        console.print(f"link {link['bandwidth_Bps'] * 8 / 1e6:,.1f} Mbit/s measured, latency "
+        console.print(f"link {Bps_to_mbps(link['bandwidth_Bps']):,.1f} Mbit/s measured, latency "
                       f"{link['latency_s'] * 1e6:.0f} us" + (f"  -> {args.out}" if args.out
                                                             else ""), highlight=False)
     sys.stdout.flush()

@@ -84,6 +84,25 @@ def register(subparsers) -> None:
                    help="fraction of the exchange hidden behind backward")
     p.add_argument("--latency-s", type=_fraction, metavar="S", help="per-message latency")
     p.add_argument("--price-per-gpu-hour", type=_fraction, metavar="X")
+    p.add_argument("--gpus-per-nic", type=_fraction_int, metavar="N",
+                   help="devices sharing one NIC (default: the device's platform, e.g. 1 on "
+                        "DGX A100/H100; else one NIC per node)")
+    hl = p.add_mutually_exclusive_group()
+    hl.add_argument("--host-link", metavar="LINK",
+                    help="each device's link to the host CPU: pcie3|pcie4|pcie5 "
+                         "(default: the device's)")
+    hl.add_argument("--host-link-gbps", type=_fraction, metavar="X")
+    p.add_argument("--gpus-per-host-link", type=_fraction_int, metavar="N",
+                   help="devices behind one PCIe switch uplink (default 1)")
+    p.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"],
+                   help="precision of the exchanged gradients (default fp32)")
+    p.add_argument("--accumulation-steps", type=_fraction_int, metavar="K",
+                   help="micro-batches per exchange (default 1)")
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"],
+                   help="precision the target computes in (default: PyTorch's default on "
+                        "the device, TF32 convolutions on Ampere and later)")
+    p.add_argument("--cpu-cores-per-node", type=_fraction_int, metavar="N",
+                   help="host cores per node for input loaders (default: the platform's)")
     p.add_argument("--target-efficiency", type=_fraction, default=0.8, metavar="E",
                    help="efficiency to keep, in (0, 1] (default 0.8)")
     p.add_argument("--max-gpus", type=positive_int, metavar="N",
@@ -125,7 +144,11 @@ def build_plan(args):
         "architecture": args.architecture, "ps": args.ps, "ps_placement": args.ps_placement,
         "ps_partition": args.ps_partition, "local_aggregation": args.local_aggregation,
         "full_duplex": args.full_duplex, "overlap": args.overlap, "latency_s": args.latency_s,
-        "price_per_gpu_hour": args.price_per_gpu_hour,
+        "price_per_gpu_hour": args.price_per_gpu_hour, "gpus_per_nic": args.gpus_per_nic,
+        "host_link": args.host_link, "host_link_gbps": args.host_link_gbps,
+        "gpus_per_host_link": args.gpus_per_host_link, "grad_dtype": args.grad_dtype,
+        "accumulation_steps": args.accumulation_steps, "precision": args.precision,
+        "cpu_cores_per_node": args.cpu_cores_per_node,
     }
     cluster = planner.load_cluster(args.cluster, overrides)
     params = planner.load_calibration(args.calibration) if args.calibration else None
@@ -183,59 +206,25 @@ def _summary(plan) -> str:
 
 def plot_plan(plan, inp, cluster, path) -> None:
     """Speedup and efficiency against device count, per architecture and network."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from scalelab import planner
-    from scalelab.results import write_text_atomic
+    from scalelab.report.figures import plot_plan as draw
 
     compute_s = plan.inputs["compute_s"]
     work = planner.StepWorkload(inp.param_bytes, compute_s, plan.inputs["io_s"],
                                 inp.tensor_bytes)
-    max_g = plan.inputs["options"]["max_gpus"]
     counts = sorted({r.gpus for r in plan.sweep})
     batch = plan.recommendation.batch_size
     archs = plan.inputs["options"]["architectures"]
     target = plan.inputs["options"]["target_efficiency"]
-    series = {cluster.network_label(): [r for r in plan.sweep]}
+    series = {cluster.network_label(): list(plan.sweep)}
     for name in PLOT_NETWORKS:
         if name == cluster.network:
             continue
         series[name] = planner.network_sweep(work, cluster, [name], counts, batch, archs,
                                              plan.params, target)
-    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(11, 4.2))
-    styles = {"ps": "-", "allreduce": "--", "hierarchical": ":"}
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (net, rows) in enumerate(series.items()):
-        for a in archs:
-            rs = [r for r in rows if r.architecture == a]
-            label = f"{a}, {net}" + (" (cluster)" if i == 0 else "")
-            kw = {"color": colors[i % len(colors)], "linestyle": styles[a],
-                  "linewidth": 2.2 if i == 0 else 1.2}
-            ax_s.plot([r.gpus for r in rs], [r.speedup for r in rs], label=label, **kw)
-            ax_e.plot([r.gpus for r in rs], [r.efficiency for r in rs], **kw)
-    ax_s.plot([1, max_g], [1, max_g], color="grey", linewidth=0.8, label="linear")
-    ax_e.axhline(target, color="grey", linewidth=0.8, linestyle="-.")
-    ax_e.text(1, target, f" target {target:g}", va="bottom", fontsize=8, color="grey")
-    for ax, name in ((ax_s, "speedup"), (ax_e, "efficiency")):
-        ax.set_xlabel("devices (GPUs)")
-        ax.set_ylabel(name)
-        if max_g >= 16:
-            ax.set_xscale("log", base=2)
-        ax.grid(True, alpha=0.3)
-    ax_e.set_ylim(0, 1.05)
     title = f"{inp.model or 'workload'}: batch {batch}/device, T_C {compute_s * 1e3:.1f} ms"
-    fig.suptitle(title + (" (estimate)" if plan.estimate else ""))
-    ax_s.legend(fontsize=7, ncol=1, loc="upper left")
-    fig.tight_layout()
-    import io as _io
-
-    buf = _io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    write_text_atomic(path, buf.getvalue())
+    draw(series, archs, plan.inputs["options"]["max_gpus"], target,
+         title + (" (estimate)" if plan.estimate else ""), path)
 
 
 def run(args) -> int:

@@ -60,7 +60,7 @@ def _ms(v) -> str:
 def table(validation: dict):
     from rich.table import Table
 
-    from scalelab.validate import describe_config
+    from scalelab.experiment.validate import describe_config
 
     cal = "calibration" in validation
     t = Table(title="scalelab validate (times in ms per step)")
@@ -83,9 +83,11 @@ def table(validation: dict):
 
 
 def summary_lines(validation: dict) -> list[str]:
+    from scalelab.theory.units import Bps_to_mbps
+
     lines = []
     for name, link in validation["link"].items():
-        lines.append(f"link {name}: {link['bandwidth_Bps'] * 8 / 1e6:.1f} Mbit/s measured, "
+        lines.append(f"link {name}: {Bps_to_mbps(link['bandwidth_Bps']):.1f} Mbit/s measured, "
                      f"latency {link['latency_s'] * 1e6:.0f} us")
     lines.append(f"|error| of the step time: median {validation['median_abs_error']:.1%}, "
                  f"max {validation['max_abs_error']:.1%} ({len(validation['cases'])} cases)")
@@ -103,19 +105,19 @@ def summary_lines(validation: dict) -> list[str]:
 
 def run(args) -> int:
     from scalelab.cli._common import console, err_console
+    from scalelab.experiment.calibrate import Calibration
+    from scalelab.experiment.validate import ValidationOptions, parse_grid, run_validation
+    from scalelab.report.figures import plot_validation
     from scalelab.results import read_json, write_json
-    from scalelab.validate import ValidationOptions, parse_grid, plot, run_validation
 
     spec = workload_from_args(args)
     grid = parse_grid(args.grid)
     options = ValidationOptions(steps=args.steps, warmup_steps=args.warmup_steps,
                                 profile_steps=args.profile_steps, timeout_s=args.timeout,
                                 seed=args.seed)
-    calibration = read_json(args.calibration, "calibration") if args.calibration else None
-    if calibration is not None and not isinstance(calibration.get("params"), dict):
-        from scalelab.errors import UsageError
-
-        raise UsageError(f"{args.calibration}: calibration file has no 'params' object")
+    calibration = (Calibration.from_dict(read_json(args.calibration, "calibration"),
+                                         str(args.calibration))
+                   if args.calibration else None)
     if args.plot and not args.plot.lower().endswith(".png"):
         from scalelab.errors import UsageError
 
@@ -126,11 +128,11 @@ def run(args) -> int:
         if loud:
             err_console.print(f"[dim]{msg}[/dim]")
 
-    result = run_validation(spec, grid, options, calibration=calibration, say=say)
+    result = run_validation(spec, grid, options, calibration=calibration, say=say).to_dict()
     if args.out:
         write_json(args.out, "validation", result)
     if args.plot:
-        plot(result, args.plot)
+        plot_validation(result, args.plot)
     if args.json:
         json.dump(result, sys.stdout, indent=2)
         print()

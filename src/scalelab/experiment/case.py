@@ -1,0 +1,160 @@
+"""One case of an experiment: what its prediction needs, and the prediction itself.
+
+:class:`CaseInputs` holds the measured numbers a case is predicted from (a worker's compute
+as timed on this machine, the contention between the case's workers, the measured link)
+and the case's shape (architecture, workers, servers, shards, the runner's exchange form).
+It is written into validation.json as the case's ``inputs`` (:meth:`CaseInputs.to_dict`)
+and read back by the calibration (:meth:`CaseInputs.from_dict`).
+
+:func:`predict_case` evaluates the step model (:func:`scalelab.plan.step.predict_step`) for
+one case: the worker's measured compute under contention reaches the model as its compute
+time ``T_C = compute_s x contention``; a calibration's ``ModelParams`` apply on top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from scalelab.errors import UsageError
+from scalelab.plan.step import ModelParams, StepPrediction, StepSetup, StepWorkload, predict_step
+from scalelab.theory import comm
+
+CASE_ARCHITECTURES = ("ps", "allreduce")
+
+
+def full_duplex_of(exchange_form: str) -> bool:
+    """Whether an exchange form (``RunConfig.exchange_form``) is the pipelined one."""
+    return exchange_form == comm.PIPELINED
+
+
+@dataclass(frozen=True)
+class CaseInputs:
+    """Everything :func:`predict_case` needs for one case, as measured numbers."""
+
+    architecture: str
+    """ps | allreduce."""
+    workers: int
+    """W: data-parallel workers."""
+    ps: int
+    """Parameter servers (0 for all-reduce)."""
+    partition: str
+    """Shards: 'balanced' even chunks or 'tensor' whole tensors."""
+    param_bytes: float
+    """S_p: gradient bytes a worker exchanges per step."""
+    tensor_bytes: tuple[int, ...]
+    """Bytes of each parameter tensor (only for whole-tensor placement)."""
+    compute_s: float
+    """One worker's compute timed alone with the threads it gets in the case, seconds."""
+    contention: float
+    """Median compute of the case's workers timed at once over ``compute_s``."""
+    bandwidth_Bps: float
+    """Measured per-direction bandwidth of every host's link, bytes/s."""
+    latency_s: float
+    """Measured per-message latency of the link, seconds."""
+    full_duplex: bool
+    """The runner's exchange is pipelined (``RunConfig.exchange_form``)."""
+
+    def __post_init__(self):
+        if self.architecture not in CASE_ARCHITECTURES:
+            raise ValueError(f"case architecture must be one of {CASE_ARCHITECTURES}, "
+                             f"got {self.architecture!r}")
+        if int(self.workers) != self.workers or self.workers < 1:
+            raise ValueError(f"case workers must be an integer >= 1, got {self.workers}")
+        if self.architecture == "ps" and not self.ps >= 1:
+            raise ValueError(f"a parameter-server case needs ps >= 1, got {self.ps}")
+        for name in ("param_bytes", "compute_s", "contention", "bandwidth_Bps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"case {name} must be > 0, got {getattr(self, name)}")
+        if not self.latency_s >= 0:
+            raise ValueError(f"case latency_s must be >= 0, got {self.latency_s}")
+        object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
+
+    @property
+    def worker_compute_s(self) -> float:
+        """T_C of a worker in this case: its lone compute times the measured contention."""
+        return self.compute_s * self.contention
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["tensor_bytes"] = list(self.tensor_bytes)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "case") -> CaseInputs:
+        """A case's ``inputs`` as written in validation.json (bad values: UsageError)."""
+        try:
+            return cls(architecture=d["architecture"], workers=int(d["workers"]),
+                       ps=int(d.get("ps") or 0), partition=d.get("partition") or "balanced",
+                       param_bytes=float(d["param_bytes"]),
+                       tensor_bytes=tuple(d.get("tensor_bytes") or ()),
+                       compute_s=float(d["compute_s"]), contention=float(d["contention"]),
+                       bandwidth_Bps=float(d["bandwidth_Bps"]),
+                       latency_s=float(d["latency_s"]), full_duplex=bool(d["full_duplex"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
+
+
+def _as_params(params) -> ModelParams:
+    if params is None:
+        return ModelParams()
+    if isinstance(params, ModelParams):
+        return params
+    return ModelParams.from_dict(params.to_dict())
+
+
+def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None = None
+                 ) -> StepPrediction:
+    """The step model for one case; ``params`` a calibration's ``ModelParams`` (neutral).
+
+    The calibrated per-message latency adds to the measured link's; every host's link
+    (workers and dedicated servers alike) has the measured bandwidth.
+    """
+    if not isinstance(inputs, CaseInputs):
+        inputs = CaseInputs.from_dict(inputs)
+    params = _as_params(params)
+    workload = StepWorkload(param_bytes=inputs.param_bytes, compute_s=inputs.worker_compute_s,
+                            tensor_bytes=inputs.tensor_bytes)
+    setup = StepSetup(architecture=inputs.architecture, workers=inputs.workers,
+                      num_ps=inputs.ps or 1, partition=inputs.partition,
+                      full_duplex=inputs.full_duplex,
+                      worker_bandwidth_Bps=inputs.bandwidth_Bps,
+                      ps_bandwidth_Bps=inputs.bandwidth_Bps,
+                      latency_s=inputs.latency_s + params.latency_s)
+    return predict_step(workload, setup, params)
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """(predicted - measured) / measured."""
+    if not measured > 0:
+        raise ValueError(f"measured value must be > 0, got {measured}")
+    return (predicted - measured) / measured
+
+
+@dataclass(frozen=True)
+class ErrorSummary:
+    """Median and largest |relative error| over some cases."""
+
+    median_abs_error: float | None
+    """Median |error|, a fraction (None without cases)."""
+    max_abs_error: float | None
+    """Largest |error|, a fraction (None without cases)."""
+    cases: int
+    """Cases counted."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def error_summary(cases: list[dict], field: str = "error") -> dict[str, float | int | None]:
+    """``{median_abs_error, max_abs_error, cases}`` of ``case[field]`` over ``cases``."""
+    return summarize_errors([c[field] for c in cases if c.get(field) is not None]).to_dict()
+
+
+def summarize_errors(errors: list[float]) -> ErrorSummary:
+    errs = [abs(e) for e in errors]
+    if not errs:
+        return ErrorSummary(None, None, 0)
+    return ErrorSummary(statistics.median(errs), max(errs), len(errs))

@@ -1,0 +1,397 @@
+"""Naive against recommended, measured: the paper's guidelines applied one at a time.
+
+The baseline is what a practitioner starts from unadvised: per-worker batch 16, one
+parameter server, whole-tensor placement, the default computation configuration and no
+loader processes (:data:`BASELINE`; a TOML file overrides any key). The recommended
+configuration is what :func:`scalelab.plan.plan` recommends for the same workers on the
+measured link. From the baseline the recommendations are applied in the paper's order
+(:data:`ORDER`: minibatch and computation algorithm; loader processes; number of parameter
+servers; balanced shards); every configuration is predicted with
+:func:`scalelab.plan.step.predict_step` and trained for real with
+:func:`scalelab.runner.run_training` (on an emulated network when a rate is given).
+
+Measured here, by the pieces :mod:`scalelab.experiment.validate` uses for its grids
+(:mod:`scalelab.experiment.measure`): the link (:func:`scalelab.netem.measure_link`, or
+loopback), a worker's compute with the runner's thread split and its contention factor (W
+workers timing steps at once on this host), and the one-device profile
+(:func:`scalelab.profiler.run_profile`) whose recommended batch the planner starts from.
+The plan gets the measured link (bytes/s), the worker's measured compute at the
+recommended batch (a run's compute here, contention included) as its compute time, and the
+runner's exchange form (``RunConfig.exchange_form``). Each step is
+predicted by :func:`scalelab.experiment.case.predict_case` (the planner's
+:func:`~scalelab.plan.step.predict_step`) and its error is
+``(predicted - measured) / measured`` of samples/s.
+
+Python use::
+
+    from scalelab.experiment.compare import CompareOptions, compare
+    from scalelab.workload import WorkloadSpec
+    result = compare(WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10),
+                     CompareOptions(workers=2, rate="1gbit"))
+    [(s.name, s.measured_samples_per_s, s.speedup) for s in result.steps]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scalelab.errors import RunFailure, UsageError
+from scalelab.experiment.case import CaseInputs, predict_case, relative_error
+from scalelab.experiment.measure import Measurements, case_inputs, measured_parts
+from scalelab.results import read_toml
+from scalelab.theory import amdahl
+from scalelab.workload import WorkloadSpec
+
+BASELINE: dict[str, Any] = {
+    "batch_size": 16,
+    "ps": 1,
+    "partition": "tensor",
+    "algorithm": "default",
+    "loader_workers": 0,
+}
+ORDER = ("batch+algorithm", "loaders", "servers", "balanced shards")
+RUN_ALGORITHMS = ("default",)  # the computation configurations scalelab run trains with
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    """One configuration of the ablation (the keys a baseline file may set)."""
+
+    batch_size: int = 16
+    ps: int = 1
+    partition: str = "tensor"
+    algorithm: str = "default"
+    loader_workers: int = 0
+
+    def __post_init__(self):
+        for name, low in (("batch_size", 1), ("ps", 1), ("loader_workers", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise UsageError(f"{name} must be an integer >= {low}, got {v!r}")
+        if self.partition not in ("balanced", "tensor"):
+            raise UsageError(f"partition must be 'balanced' or 'tensor', got {self.partition!r}")
+        if self.algorithm not in RUN_ALGORITHMS:
+            raise UsageError(f"algorithm {self.algorithm!r}: scalelab run trains only in the "
+                             f"default computation configuration ({', '.join(RUN_ALGORITHMS)})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def baseline_config(overrides: dict[str, Any] | None = None, where: str = "baseline"
+                    ) -> StepConfig:
+    """:data:`BASELINE` with ``overrides``; unknown keys are a usage error."""
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(BASELINE))
+    if unknown:
+        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
+                         f"(known: {', '.join(sorted(BASELINE))})")
+    try:
+        return StepConfig(**{**BASELINE, **overrides})
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def load_baseline(path: str | Path) -> StepConfig:
+    """A baseline TOML file (any keys of :data:`BASELINE`) as a :class:`StepConfig`."""
+    return baseline_config(read_toml(path), str(path))
+
+
+@dataclass(frozen=True)
+class Change:
+    name: str
+    config: StepConfig
+    applied: dict[str, Any]
+
+
+def ablation(baseline: StepConfig, recommended: StepConfig, one_at_a_time: bool = True
+             ) -> tuple[list[Change], list[dict[str, str]]]:
+    """Configurations from ``baseline`` to ``recommended`` in the paper's order.
+
+    Returns the steps (the first ``baseline``, the last ``recommended``) and the
+    recommendations skipped because the configuration already had them. Without
+    ``one_at_a_time``: just the two ends.
+    """
+    groups = {
+        "batch+algorithm": ("batch_size", "algorithm"),
+        "loaders": ("loader_workers",),
+        "servers": ("ps",),
+        "balanced shards": ("partition",),
+    }
+    steps = [Change("baseline", baseline, {})]
+    skipped: list[dict[str, str]] = []
+    current = baseline
+    if one_at_a_time:
+        for name in ORDER:
+            change = {k: getattr(recommended, k) for k in groups[name]
+                      if getattr(recommended, k) != getattr(current, k)}
+            if not change:
+                skipped.append({"name": name, "reason": "the configuration already has it: "
+                                + ", ".join(f"{k} {getattr(current, k)}" for k in groups[name])})
+                continue
+            current = dataclasses.replace(current, **change)
+            steps.append(Change(name, current, change))
+    else:
+        change = {k: v for k, v in recommended.to_dict().items() if baseline.to_dict()[k] != v}
+        steps.append(Change("recommended", recommended, change))
+    if len(steps) == 1:
+        steps.append(Change("recommended", recommended, {}))
+    last = steps[-1]
+    if last.name != "recommended":
+        steps[-1] = Change("recommended", last.config, {**last.applied, "step": last.name})
+    assert steps[-1].config == recommended
+    return steps, skipped
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    workers: int
+    rate: str | None = None
+    baseline: StepConfig = field(default_factory=StepConfig)
+    steps: int = 8
+    warmup_steps: int = 2
+    batch_sizes: tuple[int, ...] = (16, 32, 64, 128)
+    one_at_a_time: bool = True
+    timeout_s: float = 120.0
+    seed: int = 0
+    link_seconds: float = 1.0
+    profile_steps: int = 4
+    fresh_profiles: bool = True
+    target_efficiency: float = 0.8
+
+    def __post_init__(self):
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
+                or self.workers < 2:
+            raise UsageError(f"--workers must be an integer >= 2 (a comparison of data-parallel "
+                             f"configurations), got {self.workers!r}")
+        if self.rate is not None:
+            from scalelab.netem import parse_rate
+
+            parse_rate(self.rate)
+        if self.steps < 2:
+            raise UsageError(f"--steps must be >= 2, got {self.steps}")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise UsageError(f"warm-up steps must be in [0, steps), got {self.warmup_steps}")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            raise UsageError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
+        if not self.timeout_s > 0:
+            raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        if self.profile_steps < 1:
+            raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
+
+
+# ----------------------------------------------------------------------------- the comparison
+
+
+@dataclass(frozen=True)
+class ComparedStep:
+    """One configuration of the ablation, predicted and measured (rates in samples/s)."""
+
+    name: str
+    applied: dict[str, Any]
+    """The recommendation(s) this step applied to the one before."""
+    config: dict[str, Any]
+    predicted_samples_per_s: float
+    measured_samples_per_s: float
+    error: float
+    """(predicted - measured) / measured of samples/s."""
+    predicted: dict[str, Any]
+    """The predicted step's parts, seconds, its bottleneck and exchange form."""
+    measured: dict[str, Any]
+    """The run's median step, compute and exchange, seconds, and its achieved bandwidth."""
+    inputs: CaseInputs
+    speedup: float = 1.0
+    """Measured samples/s over the baseline's."""
+    predicted_speedup: float = 1.0
+    """Predicted samples/s over the baseline's predicted."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["inputs"] = self.inputs.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """compare.json: the baseline, the recommendation, and every step between, measured."""
+
+    model: str
+    workload: dict[str, Any]
+    workers: int
+    rate: str | None
+    rate_bps: float | None
+    link: dict[str, Any]
+    """The measured link: bandwidth_Bps, latency_s."""
+    environment: dict[str, Any]
+    baseline: dict[str, Any]
+    recommended: dict[str, Any]
+    recommendation: dict[str, Any]
+    profile: dict[str, Any]
+    contention: list[dict]
+    plan_compute_s: float
+    """The worker's measured compute at the recommended batch the plan started from, s."""
+    options: dict[str, Any]
+    steps: tuple[ComparedStep, ...]
+    skipped: list[dict[str, str]]
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["steps"] = [s.to_dict() for s in self.steps]
+        return d
+
+
+def _exchange_form(spec: WorkloadSpec, workers: int) -> str:
+    from scalelab.runner import RunConfig
+
+    return RunConfig(workload=spec, workers=workers, architecture="ps", mode="sync").exchange_form
+
+
+def _recommend(profile: dict, workers: int, link: dict, compute_s: float, batch_size: int,
+               exchange_form: str, target_efficiency: float):
+    """The plan's recommendation for ``workers`` on the measured ``link`` (bytes/s).
+
+    The plan starts from the profile with the worker's compute ``compute_s`` measured at
+    ``batch_size`` (as a run here sees it) as the device's step time there.
+    """
+    from scalelab.experiment.case import full_duplex_of
+    from scalelab.plan import Cluster, PlanOptions, plan, profile_from_dict
+
+    inp = profile_from_dict(profile)
+    worker = dataclasses.replace(inp, batch_size=batch_size, step_s=compute_s,
+                                 batches=((batch_size, compute_s),), fit_step_s=None)
+    cluster = Cluster(nodes=workers, gpus_per_node=1, architecture="ps",
+                      measured_network_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
+                      ps_partition="balanced", full_duplex=full_duplex_of(exchange_form))
+    opts = PlanOptions(target_efficiency=target_efficiency, max_gpus=workers,
+                       architectures=("ps",))
+    return inp, plan(worker, cluster, opts)
+
+
+def _case(cfg: StepConfig, workers: int, rate: str | None) -> dict[str, Any]:
+    return {"workers": workers, "ps": cfg.ps, "architecture": "ps",
+            "partition": cfg.partition, "batch_size": cfg.batch_size, "rate": rate}
+
+
+def _options(o: CompareOptions) -> dict[str, Any]:
+    return {"steps": o.steps, "warmup_steps": o.warmup_steps,
+            "one_at_a_time": o.one_at_a_time, "batch_sizes": list(o.batch_sizes),
+            "fresh_profiles": o.fresh_profiles, "target_efficiency": o.target_efficiency}
+
+
+def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, form: str,
+              say, label: str) -> ComparedStep:
+    """Predict one configuration, train it for real, and measure it."""
+    from scalelab.runner import RunConfig, run_training
+
+    cfg, w = ch.config, o.workers
+    meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
+    inputs = case_inputs(_case(cfg, w, o.rate), form, meas, info)
+    pred = predict_case(inputs)
+    predicted = amdahl.weak_throughput(w, cfg.batch_size, pred.step_s)
+    say(f"{label} {ch.name}: batch {cfg.batch_size}, ps {cfg.ps}, partition {cfg.partition}; "
+        f"predicted {predicted:,.1f} samples/s; training")
+    run = run_training(RunConfig(
+        workload=spec, workers=w, ps=cfg.ps, architecture="ps", mode="sync",
+        batch_size=cfg.batch_size, steps=o.steps, warmup_steps=o.warmup_steps,
+        partition=cfg.partition, emulate_network=o.rate, timeout_s=o.timeout_s, seed=o.seed))
+    got = measured_parts(run)
+    measured = got["samples_per_s"]
+    if not measured or not got["step_s"]:
+        raise RunFailure(f"step {ch.name}: the run reported no step time")
+    say(f"  measured {measured:,.1f} samples/s")
+    return ComparedStep(
+        name=ch.name, applied=ch.applied,
+        config={**cfg.to_dict(), "workers": w, "architecture": "ps", "rate": o.rate},
+        predicted_samples_per_s=predicted, measured_samples_per_s=measured,
+        error=relative_error(predicted, measured),
+        predicted={"step_s": pred.step_s, "compute_s": pred.compute_s, "comm_s": pred.comm_s,
+                   "push_s": pred.push_s, "pull_s": pred.pull_s,
+                   "bottleneck": pred.bottleneck, "form": pred.form,
+                   "effective_servers": pred.effective_servers},
+        measured={**got, "achieved_bandwidth_Bps": run.get("achieved_bandwidth_Bps")},
+        inputs=inputs)
+
+
+def _with_speedups(steps: list[ComparedStep]) -> tuple[ComparedStep, ...]:
+    b_meas = steps[0].measured_samples_per_s
+    b_pred = steps[0].predicted_samples_per_s
+    return tuple(dataclasses.replace(s, speedup=s.measured_samples_per_s / b_meas,
+                                     predicted_speedup=s.predicted_samples_per_s / b_pred)
+                 for s in steps)
+
+
+def _measured_profile(spec, o: CompareOptions, say) -> dict:
+    from scalelab.profiler import ProfileOptions, run_profile
+
+    sizes = sorted(set(o.batch_sizes) | {o.baseline.batch_size})
+    say(f"profiling one device at batch sizes {', '.join(map(str, sizes))}")
+    profile = run_profile(spec, ProfileOptions(batch_sizes=sizes, algorithms="none",
+                                               steps=o.profile_steps, seed=o.seed))
+    if not isinstance(profile, dict):
+        profile = profile.to_dict()
+    if o.baseline.batch_size not in {r["batch_size"] for r in profile["batches"]}:
+        raise UsageError(f"baseline batch {o.baseline.batch_size} does not fit the device memory")
+    return profile
+
+
+def compare(spec: WorkloadSpec, options: CompareOptions,
+            progress: Callable[[str], None] | None = None) -> Comparison:
+    """Profile, plan, then predict and run every ablation step (compare.json: ``to_dict()``)."""
+    from scalelab import netem
+    from scalelab.workload import describe
+
+    say = progress or (lambda text: None)
+    o, w, base = options, options.workers, options.baseline
+    if o.rate is not None:
+        netem.check_available()
+    meas = Measurements(spec, o.profile_steps, o.link_seconds, o.seed, o.fresh_profiles, say)
+    link = meas.link(o.rate)
+    if not link["bandwidth_Bps"] > 0:
+        raise RunFailure(f"the link probe measured no bandwidth ({link})")
+    profile = _measured_profile(spec, o, say)
+    rec_batch = profile["recommended_batch_size"]
+    info = describe(spec, flops=False)
+    form = _exchange_form(spec, w)
+    # The worker's compute at the recommended batch, as a run here sees it (contention).
+    at_rec = case_inputs(_case(dataclasses.replace(base, batch_size=rec_batch), w, o.rate),
+                         form, meas, info)
+    inp, the_plan = _recommend(profile, w, link, at_rec.worker_compute_s, rec_batch, form,
+                               o.target_efficiency)
+    rec = the_plan.recommendation
+    recommended = StepConfig(batch_size=rec.batch_size, ps=max(1, rec.num_ps),
+                             partition="balanced", algorithm=rec.algorithm or "default",
+                             loader_workers=rec.loader_workers)
+    changes, skipped = ablation(base, recommended, o.one_at_a_time)
+    notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
+             "computation configuration, so the profile compares no others",
+             f"loader_workers {recommended.loader_workers}: synthetic data, no input time "
+             "to mask"]
+    steps = []
+    for i, ch in enumerate(changes):
+        steps.append(_run_step(spec, ch, o, meas, info, form, say,
+                               f"step {i + 1}/{len(changes)}"))
+    env = dict(profile.get("environment") or {})
+    env["load_average"] = list(os.getloadavg())
+    tb = inp.tensor_bytes
+    return Comparison(
+        model=spec.model, workload=spec.to_dict(), workers=w, rate=o.rate,
+        rate_bps=link.get("rate_bps"), link=link, environment=env, baseline=base.to_dict(),
+        recommended=recommended.to_dict(), recommendation=rec.to_dict(),
+        profile={"batches": [{"batch_size": r["batch_size"], "step_s": r["step_s"]}
+                             for r in profile["batches"]],
+                 "recommended_batch_size": rec_batch, "param_bytes": inp.param_bytes,
+                 "largest_tensor_fraction": max(tb) / sum(tb) if tb else None},
+        contention=[{"step": s.name, "batch_size": s.config["batch_size"], "workers": w,
+                     "factor": s.inputs.contention} for s in steps],
+        plan_compute_s=at_rec.worker_compute_s, options=_options(o),
+        steps=_with_speedups(steps), skipped=skipped, notes=notes)
+
+
+__all__ = ["BASELINE", "ORDER", "Change", "ComparedStep", "Comparison", "CompareOptions",
+           "StepConfig", "ablation", "baseline_config", "compare", "load_baseline"]

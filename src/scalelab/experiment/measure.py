@@ -1,0 +1,219 @@
+"""Measurements on this machine that a case's prediction starts from.
+
+- **compute**: one profile of the model (:func:`scalelab.profiler.time_steps`, the one step
+  timer) in a lone process with the torch threads a worker of that case gets. A
+  parameter-server worker's compute is forward + backward (its servers apply the update);
+  an all-reduce worker's is forward + backward + optimizer step.
+- **contention**: every emulated host is a process on this one machine, so W workers share
+  its cores. The case's W workers are started at once, each timing steps; their median
+  compute over the lone one is the contention factor. Both are measured just before each
+  case (``fresh_profiles``), so that load from other processes on a shared machine weighs
+  on the prediction as it does on the run.
+- **link**: :func:`scalelab.netem.measure_link` on a two-host emulated network of the
+  case's rate (bandwidth of one TCP stream, latency from a ping-pong), or the same probe on
+  loopback without a rate. Every host's link is shaped, workers and dedicated servers alike.
+
+The step-timing processes run this module (``python -m scalelab.experiment.measure
+--time-steps ...``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from scalelab.errors import RunFailure
+from scalelab.experiment.case import CaseInputs, full_duplex_of
+from scalelab.workload import WorkloadSpec
+
+
+def worker_threads(workers: int) -> int:
+    """Torch threads the local launcher gives each worker (as the runner does)."""
+    from scalelab.runner.launch import cpu_count
+
+    return max(1, cpu_count() // workers)
+
+
+def _start(cmd: list[str], processes: int) -> list[subprocess.Popen]:
+    # each in its own session, as the runner starts its ranks: with the kernel's session
+    # autogroups, processes of one session share one group's CPU time
+    return [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+            for _ in range(processes)]
+
+
+def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threads: int,
+                      steps: int, seed: int = 0, timeout_s: float = 300.0) -> list[dict]:
+    """Time ``steps`` training steps in ``processes`` processes at once; one dict each.
+
+    Every process builds the model and warms up, then all start timing together (a line on
+    their standard input), so the timed steps overlap. Each runs in a session of its own, as
+    the runner's ranks do, so the scheduler shares the cores between them as in a run.
+    """
+    cmd = [sys.executable, "-m", "scalelab.experiment.measure", "--time-steps",
+           json.dumps(spec.to_dict()), str(batch_size), str(threads), str(steps), str(seed)]
+    procs = _start(cmd, processes)
+    try:
+        for p in procs:
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                err = p.stderr.read().strip().splitlines()[-1:] if p.poll() is not None else ""
+                raise RunFailure(f"step timing process failed to start: {err or line!r}")
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        out = []
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout_s)
+            if p.returncode != 0:
+                raise RunFailure("step timing process failed: "
+                                 f"{(stderr.strip().splitlines() or ['?'])[-1]}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        return out
+    except subprocess.TimeoutExpired:
+        raise RunFailure(f"step timing took longer than {timeout_s:.0f} s") from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def compute_of(timing: dict, architecture: str) -> float:
+    """A worker's compute in a timing: forward + backward (ps), the whole step (all-reduce)."""
+    if architecture == "ps":
+        return timing["forward_s"] + timing["backward_s"]
+    return timing["step_s"]
+
+
+class Measurements:
+    """Lone profiles, contention factors and links, measured when first needed and cached.
+
+    :meth:`begin_case` forgets the compute measurements (not the links), so that a case's
+    profile and contention are measured in the minute before it runs, under the same load
+    from other processes on this machine; ``profiles`` keeps every one measured.
+    """
+
+    def __init__(self, spec: WorkloadSpec, profile_steps: int = 5, probe_seconds: float = 1.0,
+                 seed: int = 0, fresh_profiles: bool = True, say=None):
+        self.spec, self.profile_steps, self.probe_seconds = spec, profile_steps, probe_seconds
+        self.seed, self.fresh_profiles = seed, fresh_profiles
+        self.say = say or (lambda msg: None)
+        self.lone: dict[tuple[int, int], dict] = {}
+        self.crowd: dict[tuple[int, int], list[dict]] = {}
+        self.links: dict[str | None, dict] = {}
+        self.profiles: list[dict] = []
+
+    def begin_case(self) -> None:
+        if self.fresh_profiles:
+            self.lone.clear()
+            self.crowd.clear()
+
+    def lone_timing(self, batch_size: int, threads: int) -> dict:
+        key = (batch_size, threads)
+        if key not in self.lone:
+            self.say(f"profiling batch {batch_size} on {threads} thread(s)")
+            self.lone[key] = time_concurrently(self.spec, batch_size, 1, threads,
+                                               self.profile_steps, self.seed)[0]
+            self.profiles.append({"batch_size": batch_size, **self.lone[key]})
+        return self.lone[key]
+
+    def contended_timings(self, batch_size: int, workers: int) -> list[dict]:
+        key = (batch_size, workers)
+        if key not in self.crowd:
+            if workers == 1:
+                self.crowd[key] = [self.lone_timing(batch_size, worker_threads(1))]
+            else:
+                self.say(f"timing {workers} workers at once (contention), batch {batch_size}")
+                self.crowd[key] = time_concurrently(
+                    self.spec, batch_size, workers, worker_threads(workers),
+                    self.profile_steps, self.seed)
+        return self.crowd[key]
+
+    def contention(self, batch_size: int, workers: int, architecture: str) -> float:
+        lone = compute_of(self.lone_timing(batch_size, worker_threads(workers)), architecture)
+        crowd = [compute_of(t, architecture)
+                 for t in self.contended_timings(batch_size, workers)]
+        return statistics.median(crowd) / lone
+
+    def link(self, rate: str | None) -> dict:
+        if rate not in self.links:
+            from scalelab import netem
+
+            self.say(f"measuring the link ({rate or 'loopback'})")
+            if rate is None:
+                self.links[rate] = netem.measure_loopback(self.probe_seconds)
+            else:
+                with netem.emulated_network(2, rate) as net:
+                    self.links[rate] = netem.measure_link(net, self.probe_seconds)
+        return self.links[rate]
+
+
+def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
+                info) -> CaseInputs:
+    """Measure what one case's prediction needs (``config`` keyed by the grid's keys).
+
+    ``exchange_form`` is the run's ``RunConfig.exchange_form``; ``info`` the workload's
+    :func:`scalelab.workload.describe`.
+    """
+    arch, w, b = config["architecture"], config["workers"], config["batch_size"]
+    lone = meas.lone_timing(b, worker_threads(w))
+    link = meas.link(config.get("rate"))
+    return CaseInputs(
+        architecture=arch, workers=w, ps=config.get("ps") or 0,
+        partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,
+        tensor_bytes=tuple(info.tensor_bytes) if config.get("partition") == "tensor" else (),
+        compute_s=compute_of(lone, arch), contention=meas.contention(b, w, arch),
+        bandwidth_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
+        full_duplex=full_duplex_of(exchange_form))
+
+
+def _median(steps: dict, name: str) -> float | None:
+    s = steps.get(name)
+    return s["median"] if isinstance(s, dict) else None
+
+
+def measured_parts(run: dict) -> dict[str, float | None]:
+    """Median step, compute and exchange of a run (all-reduce: exchange is inside backward)."""
+    steps = run["steps"]
+    arch = run["config"]["architecture"]
+    return {
+        "step_s": _median(steps, "step_s"),
+        "compute_s": _median(steps, "compute_s") if arch == "ps" else None,
+        "exchange_s": _median(steps, "exchange_s") if arch == "ps" else None,
+        "samples_per_s": run.get("samples_per_s"),
+    }
+
+
+def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                      seed: int) -> None:
+    import torch
+
+    from scalelab.profiler import time_steps
+
+    torch.set_num_threads(threads)
+    spec = WorkloadSpec.from_dict(json.loads(spec_json))
+    model = spec.build_model(seed=seed)
+    time_steps(spec, model, batch_size, warmup=1, steps=1, seed=seed)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t = time_steps(spec, model, batch_size, warmup=1, steps=steps, seed=seed)
+    print(json.dumps({**asdict(t), "threads": threads}), flush=True)
+
+
+def child_main(argv: list[str]) -> int:
+    """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process."""
+    if len(argv) == 6 and argv[0] == "--time-steps":
+        _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+        return 0
+    print("usage: python -m scalelab.experiment.measure --time-steps SPEC_JSON BATCH THREADS "
+          "STEPS SEED", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(child_main(sys.argv[1:]))
