@@ -1,6 +1,6 @@
 import pytest
 
-from scalelab.theory.roofline import (RooflineOp, op_time_s, roofline_step, step_floor_s)
+from scalelab.theory.roofline import RooflineOp, op_time_s, roofline_step, step_floor_s
 
 
 def test_op_time_is_the_larger_of_compute_and_memory():

@@ -1,0 +1,124 @@
+"""A training step on another device: the roofline per operation, anchored to a measurement.
+
+Given a step's operations (:mod:`scalelab.opcount`), a target device and the precision the
+computation runs in, the roofline with the target's fitted fractions gives R_t. With a step
+time T_s measured on a catalog GPU, whose roofline is R_s, the estimate keeps what the
+measurement knows that the roofline does not (the framework, the kernels, the data layout):
+
+    T_t = T_s * R_t / R_s
+
+and without one (a CPU profile: its time says nothing about a GPU's kernels), T_t = R_t.
+Either way T_t is never below the target's step floor, kernels x launch_s.
+
+The error band is relative: on the fit's leave-one-out evidence, the step is within
+T_t x (1 +- band). Anchored, both rooflines contribute, so band = sqrt(b_s^2 + b_t^2) with b
+the device's band (:func:`scalelab.hardware.fit.bands`); unanchored, band = b_t.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scalelab import hardware
+from scalelab.hardware.fit import Bands, Fit, bands, fit, roofline_ops
+from scalelab.hardware.reference import PRECISION_MODES, reference
+from scalelab.opcount import StepOps
+from scalelab.theory.roofline import RooflineStep, roofline_step
+
+
+@dataclass(frozen=True)
+class Estimate:
+    step_s: float
+    band: float  # relative error band: the step is within step_s * (1 +- band)
+    precision: str
+    floor_s: float  # the target's step floor (kernels x launch_s)
+    bound: str  # what bounds the target's roofline: compute | memory | launch
+    how: str  # one line: the formula with its numbers
+    target_device: str
+    source_device: str | None = None
+
+    def __post_init__(self):
+        if not (self.step_s > 0 and self.band >= 0 and self.floor_s >= 0):
+            raise ValueError(f"estimate: step_s {self.step_s} must be > 0, band {self.band} "
+                             f"and floor_s {self.floor_s} >= 0")
+        if self.step_s < self.floor_s * (1 - 1e-12):
+            raise ValueError(f"estimate: step_s {self.step_s} below the floor {self.floor_s}")
+
+    @property
+    def low_s(self) -> float:
+        return self.step_s * max(0.0, 1 - self.band)
+
+    @property
+    def high_s(self) -> float:
+        return self.step_s * (1 + self.band)
+
+    def to_dict(self) -> dict:
+        return {"step_s": self.step_s, "band": self.band, "low_s": self.low_s,
+                "high_s": self.high_s, "precision": self.precision, "floor_s": self.floor_s,
+                "bound": self.bound, "how": self.how, "target_device": self.target_device,
+                "source_device": self.source_device}
+
+
+def device_roofline(ops: StepOps, device: str, precision: str,
+                    f: Fit | None = None) -> RooflineStep:
+    """The step's roofline on ``device`` with its fitted fractions."""
+    f = f or fit()
+    dev = hardware.device(device)
+    fr = f.fractions(dev.name, precision)
+    return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
+                         fr.e_c, fr.e_m, reference().launch_s)
+
+
+def _gpu(name: str | None) -> hardware.Device | None:
+    """The catalog GPU ``name`` names (a name, alias or reported device name), or None."""
+    if not name:
+        return None
+    try:
+        dev = hardware.device(name)
+    except ValueError:
+        dev = hardware.match_device(name)
+    if dev is None or dev.peak_flops("fp32") is None or dev.memory_bandwidth_Bps is None:
+        return None
+    return dev
+
+
+def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
+                  source_device: str | None = None, source_step_s: float | None = None,
+                  source_ops: StepOps | None = None, source_precision: str | None = None,
+                  f: Fit | None = None, b: Bands | None = None) -> Estimate:
+    """The step time of ``ops`` on ``target_device`` at ``precision``, with its band.
+
+    ``source_device``/``source_step_s``: where and how long the step was measured (at
+    ``source_ops``' batch, default the same ops, and ``source_precision``, default the same
+    precision). ``f`` and ``b``: the fit and its bands (default: the packaged reference's).
+    A source that is not a catalog GPU with known peaks (a CPU) is not used as an
+    anchor: the estimate is the target's roofline alone, and says so.
+    """
+    if precision not in PRECISION_MODES:
+        raise ValueError(f"unknown precision {precision!r} ({', '.join(PRECISION_MODES)})")
+    if source_step_s is not None and not source_step_s > 0:
+        raise ValueError(f"source_step_s must be > 0, got {source_step_s}")
+    f = f or fit()
+    b = b or bands()
+    target = hardware.device(target_device)
+    rt = device_roofline(ops, target.name, precision, f)
+    b_t = b.band(target.name, precision)
+    src = _gpu(source_device)
+    if src is not None and source_step_s is not None:
+        sp = source_precision or precision
+        rs = device_roofline(source_ops or ops, src.name, sp, f)
+        step = max(source_step_s * rt.step_s / rs.step_s, rt.floor_s)
+        band = math.hypot(b.band(src.name, sp), b_t)
+        how = (f"T = {source_step_s:.4g} s measured on {src.name} x roofline {rt.step_s:.4g} s "
+               f"({target.name}, {precision}) / {rs.step_s:.4g} s ({src.name}, {sp}) = "
+               f"{step:.4g} s +- {band:.0%}")
+        return Estimate(step, band, precision, rt.floor_s, rt.bound, how, target.name, src.name)
+    fr = f.fractions(target.name, precision)
+    why = (f" ({source_device} is not a GPU with known peaks: its time is not used)"
+           if source_device else "")
+    how = (f"T = roofline of {ops.model} at batch {ops.batch_size} on {target.name} "
+           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}) = {rt.step_s:.4g} s "
+           f"+- {b_t:.0%}{why}")
+    return Estimate(rt.step_s, b_t, precision, rt.floor_s, rt.bound, how, target.name,
+                    source_device)

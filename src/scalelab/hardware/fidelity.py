@@ -1,0 +1,78 @@
+"""How well the cross-device estimate predicts published measurements it was not fitted to.
+
+For every pair of held-out points in one group (one software stack and benchmark), same
+model, same precision class, different devices: take the source's measured step time,
+estimate the target's with :func:`scalelab.hardware.estimate.estimate_step`, and compare
+with the target's measured throughput. Two fits:
+
+- ``"fit"``: the packaged reference fit (the held-out points are not in it);
+- ``"lodo"``: leave one device out, a fit without any reference point of the target device
+  or of a device with the same peaks and bandwidth, as for a device nobody has measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scalelab import hardware
+from scalelab.hardware.estimate import estimate_step
+from scalelab.hardware.fit import _twin_key, bands, fit, precision_class
+from scalelab.hardware.reference import RefPoint, reference
+from scalelab.opcount import step_ops
+
+MODES = ("fit", "lodo")
+
+
+@dataclass(frozen=True)
+class PairResult:
+    source: RefPoint
+    target: RefPoint
+    predicted_samples_per_s: float
+    band: float
+
+    @property
+    def error(self) -> float:
+        """predicted / measured - 1 (throughput)."""
+        return self.predicted_samples_per_s / self.target.samples_per_s - 1.0
+
+
+def _pairs(points: Sequence[RefPoint]):
+    for s in points:
+        for t in points:
+            if (s.group == t.group and s.model == t.model and s.device != t.device
+                    and precision_class(s.precision) == precision_class(t.precision)):
+                yield s, t
+
+
+def _fit_without(device: str):
+    twin = _twin_key(hardware.device(device))
+    keep = tuple(p for p in reference().points
+                 if _twin_key(hardware.device(p.device)) != twin)
+    return fit(keep)
+
+
+def cross_device(points: Sequence[RefPoint], mode: str = "fit") -> list[PairResult]:
+    """Every same-group pair of ``points``, predicted from its source to its target."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    out = []
+    for s, t in _pairs(points):
+        f = fit() if mode == "fit" else _fit_without(t.device)
+        b = bands() if mode == "fit" else bands().without(t.device)
+        est = estimate_step(step_ops(t.model, t.batch), t.device, t.precision,
+                            source_device=s.device, source_step_s=s.step_s,
+                            source_ops=step_ops(s.model, s.batch),
+                            source_precision=s.precision, f=f, b=b)
+        out.append(PairResult(s, t, t.batch / est.step_s, est.band))
+    return out
+
+
+def summary(results: Sequence[PairResult]) -> tuple[float, float]:
+    """(median |error|, max |error|) over ``results``."""
+    errs = sorted(abs(r.error) for r in results)
+    if not errs:
+        raise ValueError("no pairs to summarize")
+    n = len(errs)
+    median = errs[n // 2] if n % 2 else (errs[n // 2 - 1] + errs[n // 2]) / 2
+    return median, errs[-1]
