@@ -118,3 +118,16 @@ def test_image_folder_through_two_loaders_matches_one_process(architecture, fold
         assert rel <= 1e-5, f"{n}: relative difference {rel:.3g}"
     assert result["config"]["loader_workers"] == 2
     assert result["steps"]["data_s"]["n"] == W * (STEPS - 2)
+
+
+@pytest.mark.dist
+def test_resumed_run_reads_the_batches_the_interrupted_run_would_have(folder, tmp_path):
+    torch.set_num_threads(1)
+    base = dict(workload=SPEC, workers=W, architecture="allreduce", batch_size=B, data=folder,
+                loader_workers=2, threads=1)
+    whole = run_training(RunConfig(steps=STEPS, **base))
+    ckpt = str(tmp_path / "ckpt")
+    run_training(RunConfig(steps=3, checkpoint_dir=ckpt, checkpoint_every=3, **base))
+    resumed = run_training(RunConfig(steps=STEPS, checkpoint_dir=ckpt, resume=True, **base))
+    assert resumed["resumed_from_step"] == 3
+    assert resumed["final_param_checksum"] == whole["final_param_checksum"]
