@@ -58,7 +58,11 @@ def test_ps_server_bound_matches_paper_form():
     p = step(StepWorkload(s, 1.0), "ps", workers=n, num_ps=k,
                      worker_bandwidth_Bps=100e9, ps_bandwidth_Bps=b)
     assert p.comm_s == pytest.approx(2 * s * n / (k * b), rel=1e-6)
-    assert p.bottleneck == "compute"  # 0.56 s exchange < 1 s compute
+    # 0.56 s of exchange on 1 s of compute: the servers' links limit scaling
+    assert p.bottleneck == "network-server"
+    light = step(StepWorkload(s / 100, 1.0), "ps", workers=n, num_ps=k,
+                 worker_bandwidth_Bps=100e9, ps_bandwidth_Bps=b)
+    assert light.bottleneck == "compute"  # 0.6% overhead: scales almost linearly
     p2 = step(StepWorkload(s, 0.1), "ps", workers=n, num_ps=k,
                       worker_bandwidth_Bps=100e9, ps_bandwidth_Bps=b)
     assert p2.bottleneck == "network-server"
@@ -230,7 +234,9 @@ def test_plan_ps_lemma_known_answers(gbps, expected):
     # catalog's payload rate).
     p = plan(_alexnet(), Cluster(nodes=8, network_gbps=gbps, architecture="ps"))
     rec = p.recommendation
-    assert rec.num_ps_min == expected
+    assert p.ps_sizing.num_ps_min == expected and p.ps_sizing.gpus == 8
+    assert p.to_dict()["ps_sizing"]["num_ps_min"] == expected
+    assert rec.num_ps_min == (expected if rec.architecture == "ps" and rec.gpus == 8 else 0)
     fails = any("worker link fails" in r for r in map(str, rec.reasons))
     assert fails == (gbps in (1, 10))
 
@@ -393,7 +399,7 @@ def test_batch_that_does_not_fit_the_target_gpu_warns(tmp_path):
 def test_single_node_is_limited_by_its_device_link():
     inp = workload_from_dict({"param_bytes": 1_000 * MB, "batch_size": 32, "step_s": 0.05})
     p = plan(inp, Cluster(gpus_per_node=8, intra_node="pcie3", network="10GbE",
-                          architecture="allreduce"))
+                          architecture="allreduce", overlap=0.0))
     top = next(r for r in p.sweep if r.gpus == 8 and r.architecture == "allreduce")
     assert top.bottleneck == "intra-node"
     assert top.comm_s == pytest.approx(2 * 7 / 8 * 1e9 / 15.75e9)
@@ -402,3 +408,9 @@ def test_single_node_is_limited_by_its_device_link():
     # 2*7/8 * 1 GB within 0.05 * (1/0.8 - 1) = 12.5 ms: 140 GB/s = 1120 Gb/s
     assert rec.intra_node_gbps_needed == pytest.approx(1120, rel=1e-6)
     assert any("intra-node link too slow" in r for r in map(str, rec.reasons))
+    # DDP's buckets: 39 of 25 MiB; 12.5 ms may show, the rest hides behind backward
+    # (2/3 x 50 ms): exchange up to 12.5 ms + 33.3 ms x 38/39 = 44.98 ms -> 311 Gb/s
+    ddp = plan(inp, Cluster(gpus_per_node=8, intra_node="pcie3", network="10GbE",
+                            architecture="allreduce")).recommendation
+    allowed = 0.0125 + 0.05 * 2 / 3 * 38 / 39
+    assert ddp.intra_node_gbps_needed == pytest.approx(1.75e9 / allowed * 8 / 1e9, rel=1e-6)

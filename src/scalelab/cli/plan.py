@@ -162,6 +162,7 @@ def build_plan(args):
 
 def _table(plan) -> Table:
     from scalelab import plan as planner
+    from scalelab.plan.advice import floor2
 
     rows = plan.sweep
     max_g = max(r.gpus for r in rows)
@@ -181,27 +182,39 @@ def _table(plan) -> Table:
         t.add_row(r.architecture, str(r.gpus), str(r.nodes), str(r.num_ps or "-"),
                   planner.format_s(r.compute_s), planner.format_s(r.comm_s),
                   planner.format_s(r.io_s), planner.format_s(r.step_s),
-                  f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}", f"{r.efficiency:.2f}",
+                  f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}", floor2(r.efficiency),
                   r.bottleneck)
     return t
 
 
 def _summary(plan) -> str:
+    """The recommendation in one paragraph: what to use, what it gives, the alternatives."""
+    from scalelab.plan.advice import floor2
+    from scalelab.plan.text import format_gbps, plural
+
     r = plan.recommendation
     target = plan.inputs["options"]["target_efficiency"]
     max_g = plan.inputs["options"]["max_gpus"]
+    if r.too_small:
+        return f"recommend batch {r.batch_size}: {r.too_small}"
     if r.network_gbps_needed > 0:
         need = (f"{max_g} devices at efficiency {target:g} need "
-                f"{r.network_gbps_needed:.3g} Gb/s per node")
-    else:
+                f"{format_gbps(r.network_gbps_needed)} per node")
+    elif max_g > 1:
         need = (f"one node: no network needed; its device link needs "
-                f"{r.intra_node_gbps_needed / 8:.3g} GB/s for {max_g} devices")
+                f"{format_gbps(r.intra_node_gbps_needed)} for {max_g} devices")
+    else:
+        need = "one device: nothing to exchange"
+    alts = "; ".join(a.text() for a in r.alternatives if a.gpus != r.gpus)
+    alts = f" (alternatives: {alts})" if alts else ""
     if r.gpus == 1 and max_g > 1:
-        return (f"recommend 1 GPU at batch {r.batch_size}: no multi-device configuration "
-                f"keeps efficiency >= {target:g}; {need}")
-    ps = f", {r.num_ps} parameter servers (min {r.num_ps_min})" if r.architecture == "ps" else ""
-    return (f"recommend {r.architecture} on {r.gpus} GPUs at batch {r.batch_size}{ps}: "
-            f"{r.samples_per_s:,.0f} samples/s, efficiency {r.efficiency:.2f}; {need}")
+        return (f"recommend 1 GPU at batch {r.batch_size}: already 2 GPUs fall below "
+                f"efficiency {target:g}{alts}; {need}")
+    ps = (f", {plural(r.num_ps, 'parameter server')} (lemma minimum {r.num_ps_min})"
+          if r.architecture == "ps" and r.num_ps else "")
+    return (f"recommend {r.architecture} on {plural(r.gpus, 'GPU')} at batch "
+            f"{r.batch_size}{ps}: {r.samples_per_s:,.0f} samples/s, efficiency "
+            f"{floor2(r.efficiency)}{alts}; {need}")
 
 
 def plot_plan(plan, inp, cluster, path) -> None:
@@ -246,6 +259,8 @@ def run(args) -> int:
     out.print(_summary(plan), soft_wrap=True, highlight=False)
     for reason in plan.recommendation.reasons:
         out.print(f"  - {reason}", soft_wrap=True, highlight=False)
+    if plan.recommendation.launch:
+        out.print(f"launch: {plan.recommendation.launch}", soft_wrap=True, highlight=False)
     for w in plan.warnings:
         err_console.print(f"warning: {w}", soft_wrap=True, highlight=False)
     console.print(f"wrote {args.out}" + (f" and {args.plot}" if args.plot else ""))

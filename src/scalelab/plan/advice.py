@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab.plan.reasons import Notes
+from scalelab.plan.step import BACKWARD_SHARE
 from scalelab.plan.sweep import Sweeper, SweepRow
-from scalelab.plan.text import format_Bps, format_bytes, format_gbps, format_s
+from scalelab.plan.text import format_Bps, format_bytes, format_gbps, format_s, plural
 from scalelab.theory import comm, sharding, sizing
 from scalelab.theory.units import Bps_to_gbps, ceil_div
 
@@ -28,6 +29,33 @@ class Choice:
     best: dict[str, SweepRow]
 
 
+@dataclass(frozen=True)
+class Alternative:
+    """A device count the user is weighing, with its predicted figures."""
+
+    label: str
+    """Why this count: 'all N', 'one node', 'target E'."""
+    gpus: int
+    architecture: str
+    samples_per_s: float
+    speedup: float
+    efficiency: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "gpus": self.gpus, "architecture": self.architecture,
+                "samples_per_s": self.samples_per_s, "speedup": self.speedup,
+                "efficiency": self.efficiency}
+
+    def text(self) -> str:
+        return (f"{self.label}: {plural(self.gpus, 'GPU')}, {self.samples_per_s:,.0f} samples/s, "
+                f"speedup {self.speedup:.2f}, efficiency {floor2(self.efficiency)}")
+
+
+def floor2(x: float) -> str:
+    """Two decimals rounded down, so 0.797 reads 0.79 and never passes a 0.80 target."""
+    return f"{math.floor(x * 100 + 1e-9) / 100:.2f}"
+
+
 def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: float,
            preferred: str) -> Choice:
     """Per architecture the most devices that keep the target; the fastest of those wins."""
@@ -37,6 +65,23 @@ def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: 
         best[a] = ok[-1] if ok else all_rows[a][0]
     chosen = max(archs, key=lambda a: (best[a].samples_per_s, a == preferred))
     return Choice(chosen, best[chosen], best)
+
+
+def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gpus: int,
+                 gpus_per_node: int, target: float) -> tuple[Alternative, ...]:
+    """The whole cluster, one node, and the target's choice, in the chosen architecture."""
+    rows = all_rows[choice.architecture]
+    picks = [(f"all {cluster_gpus}", cluster_gpus),
+             ("one node", min(gpus_per_node, cluster_gpus)),
+             (f"target {target:g}", choice.row.gpus)]
+    out: list[Alternative] = []
+    for label, g in picks:
+        if g < 1 or g > len(rows) or any(a.gpus == g for a in out):
+            continue
+        r = rows[g - 1]
+        out.append(Alternative(label, g, r.architecture, r.samples_per_s, r.speedup,
+                               r.efficiency))
+    return tuple(out)
 
 
 def batch_reasons(st, notes: Notes) -> None:
@@ -58,30 +103,31 @@ def device_reasons(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_
     target = st.options.target_efficiency
     row, chosen = choice.row, choice.architecture
     g = row.gpus
-    if row.efficiency >= target - 1e-12:
+    if row.efficiency >= target - 1e-12 and g > 1:
         notes.why("devices",
-                  f"gpus {g} ({chosen}): most devices up to {max_gpus} with efficiency "
-                  f"T_C/T = {format_s(row.compute_s)}/{format_s(row.step_s)} = "
+                  f"{plural(g, 'GPU')} ({chosen}): the most devices up to {max_gpus} that keep "
+                  f"efficiency T_C/T = {format_s(row.compute_s)}/{format_s(row.step_s)} = "
                   f"{row.efficiency:.3f} >= target {target:g} (R_O = {row.overhead_ratio:.3f}); "
                   f"{row.samples_per_s:,.0f} samples/s, speedup {row.speedup:.2f}")
         if g < max_gpus:
             nxt = all_rows[chosen][g]
             notes.why("devices",
-                      f"gpus {g + 1} would fall to efficiency {nxt.efficiency:.3f} < {target:g} "
+                      f"{g + 1} GPUs would fall to efficiency {nxt.efficiency:.3f} < {target:g} "
                       f"(step {format_s(nxt.step_s)}: compute {format_s(nxt.compute_s)}, "
                       f"exchange {format_s(nxt.comm_s)}, input {format_s(nxt.io_s)})")
-    else:
+    elif max_gpus > 1:
+        two = all_rows[chosen][1]
         notes.why("devices",
-                  f"gpus 1: even one device misses the target efficiency {target:g} "
-                  f"(T_C/T = {row.efficiency:.3f}, bottleneck {row.bottleneck})")
+                  f"1 GPU: already 2 GPUs fall to efficiency {two.efficiency:.3f} < target "
+                  f"{target:g} ({two.bottleneck} limits scaling); more GPUs still add "
+                  "throughput at lower efficiency: see the alternatives")
     archs = list(all_rows)
-    if len(archs) > 1:
-        others = ", ".join(f"{a} {choice.best[a].samples_per_s:,.0f} samples/s at "
-                           f"{choice.best[a].gpus}" for a in archs if a != chosen)
-        notes.why("architecture", f"architecture {chosen}: fastest at the target efficiency "
+    if len(archs) > 1 and g > 1:
+        others = ", ".join(f"{a} {choice.best[a].samples_per_s:,.0f} samples/s on "
+                           f"{plural(choice.best[a].gpus, 'GPU')}" for a in archs if a != chosen)
+        notes.why("architecture", f"architecture {chosen}: the fastest that keeps the target "
                   f"(vs {others})")
-    at_max = {a: all_rows[a][-1] for a in archs}
-    top = at_max.get(st.cluster.architecture, at_max[chosen])
+    top = all_rows.get(st.cluster.architecture, all_rows[chosen])[-1]
     if top.bottleneck != "compute" and top.gpus > 1:
         notes.why("bottleneck",
                   f"at {top.gpus} devices {top.architecture} is {top.bottleneck}-bound: "
@@ -89,50 +135,102 @@ def device_reasons(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_
                   f"step (efficiency {top.efficiency:.3f})")
 
 
-def server_reasons(st, choice: Choice, max_gpus: int, notes: Notes) -> tuple[int, int]:
-    """(lemma minimum, servers) for the parameter-server setup at the recommended scale."""
+@dataclass(frozen=True)
+class PsSizing:
+    """Parameter servers for the ps architecture at one scale (plan.json's ``ps_sizing``)."""
+
+    gpus: int
+    senders: int
+    """N_w: machines with local aggregation, else devices."""
+    num_ps_min: int
+    """The lemma's minimum (dedicated servers), or the node count (colocated)."""
+    num_ps: int
+    """Servers the plan uses."""
+    placement: str
+    """dedicated | colocated."""
+    link: str
+    """The link the lemma was computed for."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gpus": self.gpus, "senders": self.senders, "num_ps_min": self.num_ps_min,
+                "num_ps": self.num_ps, "placement": self.placement, "link": self.link}
+
+
+def server_reasons(st, choice: Choice, max_gpus: int, notes: Notes) -> PsSizing | None:
+    """Servers of the ps setup: at the recommended scale when it uses them, else at the
+    cluster's size as a what-if (the paper's question: how many servers would it take?)."""
+    g = choice.row.gpus
+    uses_ps = choice.architecture == "ps" and g > 1
+    if not uses_ps:
+        g = max_gpus
+        if g <= 1 or "ps" not in choice.best:
+            return None
     target = st.options.target_efficiency
     ps_sw = Sweeper(st.work, st.cluster, st.params, "ps", target_efficiency=target)
-    g = choice.row.gpus
-    ps_g = g if (choice.architecture == "ps" and g > 1) else max_gpus
-    if ps_g <= 1:
-        return 0, 0
-    n_w = ps_sw.senders(ps_g)
-    num_ps_min, num_ps = ps_sw.servers(ps_g)
+    n_w = ps_sw.senders(g)
+    num_ps_min, num_ps = ps_sw.servers(g)
+    what_if = "" if uses_ps else f"if parameter servers on all {g} devices: "
+    if st.cluster.ps_placement == "colocated":
+        _colocated_reasons(st, ps_sw, g, num_ps, what_if, notes)
+        return PsSizing(g, n_w, num_ps_min, num_ps, "colocated", "host link and node NIC")
     eff = st.params.bandwidth_efficiency
-    b_ps, b_w = ps_sw.ps_Bps * eff, ps_sw.sender_Bps(ps_g) * eff
-    s, compute_s = st.inp.param_bytes, st.work.compute_s
+    b_ps, b_w = ps_sw.ps_Bps * eff, ps_sw.sender_Bps(g) * eff
+    s, compute_s = st.work.param_bytes, st.work.compute_s
     notes.why("servers",
-              f"num_ps_min {num_ps_min} (parameter servers at {ps_g} devices, N_w = {n_w}): "
-              f"lemma N_ps >= ceil(2 S_p N_w/(B_ps T_C)) = ceil(2 x {format_bytes(s)} x {n_w}/"
-              f"({format_Bps(b_ps)} x {format_s(compute_s)}))")
+              f"{what_if}num_ps_min {num_ps_min} (dedicated servers at {g} devices, N_w = "
+              f"{n_w} senders): lemma N_ps >= ceil(2 S_p N_w/(B_ps T_C)) = ceil(2 x "
+              f"{format_bytes(s)} x {n_w}/({format_Bps(b_ps)} servers' NIC x "
+              f"{format_s(compute_s)}))")
     if not sizing.worker_link_ok(s, b_w, compute_s):
         need_w = sizing.worker_bandwidth_needed_Bps(s, compute_s)
-        notes.why("servers", f"worker link fails B_w >= 2 S_p/T_C = {format_Bps(need_w)} "
-                  f"(has {format_Bps(b_w)}): no number of servers hides the exchange")
-    cluster = st.cluster
-    if cluster.ps_placement == "colocated":
-        notes.why("servers", f"num_ps {num_ps}: one server on each of the {n_w} worker machines")
-    elif cluster.ps != "auto":
-        notes.why("servers", f"num_ps {num_ps}: as configured")
+        notes.why("servers", f"{what_if}worker link fails B_w >= 2 S_p/T_C = "
+                  f"{format_Bps(need_w)} (each sender's NIC share has {format_Bps(b_w)}): "
+                  "no number of servers hides the exchange")
+    if st.cluster.ps != "auto":
+        notes.why("servers", f"{what_if}num_ps {num_ps}: as configured")
     else:
         bal = sharding.cached_balance(st.work.tensor_bytes, float(s), max(1, num_ps),
-                                      cluster.ps_partition)
+                                      st.cluster.ps_partition)
         fit_s = sizing.allowed_comm_s(compute_s, target, st.params.overlap, st.work.io_s)
         notes.why("servers",
-                  f"num_ps {num_ps}: {cluster.ps_partition} placement puts "
+                  f"{what_if}num_ps {num_ps}: {st.cluster.ps_partition} placement puts "
                   f"{bal.largest_fraction:.1%} on the largest shard (effective servers "
                   f"1/max f = {bal.effective_servers:.2f}); enough for the server side to fit "
                   f"T_C (1/alpha - 1)/(1 - o) = {format_s(fit_s)}, "
                   "or to stop being slower than a worker's own link")
-    if st.inp.tensor_bytes and cluster.ps_partition == "balanced" and num_ps > 1:
+    _whole_tensor_note(st, num_ps, notes)
+    return PsSizing(g, n_w, num_ps_min, num_ps, "dedicated", "the servers' NIC")
+
+
+def _colocated_reasons(st, ps_sw: Sweeper, g: int, num_ps: int, what_if: str,
+                       notes: Notes) -> None:
+    nodes = ceil_div(g, st.cluster.gpus_per_node)
+    where = ("on the host CPU" if nodes == 1 else f"on the CPUs of the {nodes} nodes")
+    per = num_ps // nodes
+    each = "one per node" if per == 1 else (
+        "one per GPU" if per == st.cluster.gpus_per_node else f"{per} per node")
+    host_Bps = ps_sw.host_Bps * st.params.bandwidth_efficiency
+    host_name = st.cluster.host_link_Bps()[1]
+    notes.why("servers",
+              f"{what_if}num_ps {num_ps}: servers {where}, {each}; a GPU reaches its own node's "
+              f"server over its host link ({host_name}, {format_Bps(host_Bps)}), other nodes' "
+              "servers over the node's NIC")
+    need = sizing.worker_bandwidth_needed_Bps(st.work.param_bytes, st.work.compute_s)
+    shared = min(st.cluster.gpus_per_host_link, g)
+    if need * shared > host_Bps:
+        notes.why("servers", f"{what_if}host link too slow to hide the exchange: 2 S_p/T_C = "
+                  f"{format_Bps(need)} per GPU x {shared} sharing it, has {format_Bps(host_Bps)}")
+    _whole_tensor_note(st, num_ps, notes)
+
+
+def _whole_tensor_note(st, num_ps: int, notes: Notes) -> None:
+    if st.inp.tensor_bytes and st.cluster.ps_partition == "balanced" and num_ps > 1:
         wt = sharding.placement(st.inp.tensor_bytes, num_ps, sharding.WHOLE_TENSOR)
         if wt.largest_fraction > 1.05 / num_ps:
             notes.why("servers",
                       f"whole-tensor placement (TensorFlow's greedy strategy) would leave "
                       f"{wt.largest_fraction:.1%} on one of {num_ps} servers (effective "
                       f"{wt.effective_servers:.2f}): split tensors into even chunks")
-    return num_ps_min, num_ps
 
 
 def _nic_bytes(st, architecture: str, gpus: int) -> tuple[float, str]:
@@ -150,23 +248,43 @@ def _nic_bytes(st, architecture: str, gpus: int) -> tuple[float, str]:
     return comm.ring_allreduce_bytes(s, nodes), "each node sends 2 (n-1)/n S_p across nodes"
 
 
+def _allowed_comm_s(st, architecture: str) -> float:
+    """Longest exchange that keeps the target: T_C (1/alpha - 1)/(1 - o), or with DDP's
+    buckets the exchange whose exposed part fits that slack."""
+    target, p, w = st.options.target_efficiency, st.params, st.work
+    if st.derive_overlap and architecture != "ps":
+        slack = sizing.allowed_comm_s(w.compute_s, target, 0.0, w.io_s)
+        backward = w.backward_s if w.backward_s is not None else \
+            BACKWARD_SHARE * w.compute_s
+        bucket = st.cluster.ddp_bucket_mb * 2**20
+        return comm.ddp_allowed_comm_s(slack, backward, w.param_bytes, bucket)
+    return sizing.allowed_comm_s(w.compute_s, target, p.overlap, w.io_s)
+
+
+def _hidden_how(st, architecture: str) -> str:
+    if st.derive_overlap and architecture != "ps":
+        return (f" (T_C (1/alpha - 1) exposed, the rest hidden behind backward in "
+                f"{st.cluster.ddp_bucket_mb:g} MiB buckets)")
+    return " (T_C (1/alpha - 1)/(1 - o))"
+
+
 def bandwidth_reasons(st, architecture: str, max_gpus: int, notes: Notes
                       ) -> tuple[float, float]:
     """(NIC, in-node link) Gb/s per direction that keep the target at the full size."""
-    target, p, io_s = st.options.target_efficiency, st.params, st.work.io_s
-    compute_s, s = st.work.compute_s, st.inp.param_bytes
+    target, p, s = st.options.target_efficiency, st.params, st.work.param_bytes
     link_bytes, link_what = _nic_bytes(st, architecture, max_gpus)
-    allowed = sizing.allowed_comm_s(compute_s, target, p.overlap, io_s)
+    allowed = _allowed_comm_s(st, architecture)
     need_gbps = 0.0
     if link_bytes > 0:
-        need = sizing.bandwidth_needed_Bps(link_bytes, compute_s, target, p.overlap, io_s)
+        need = link_bytes / allowed if allowed > 0 else math.inf
         need_gbps = Bps_to_gbps(need) / p.bandwidth_efficiency
         if math.isfinite(need_gbps):
             notes.why("network",
                       f"network_gbps_needed {format_gbps(need_gbps)} payload per direction for "
                       f"{max_gpus} devices at efficiency {target:g}: {link_what} = "
-                      f"{format_bytes(link_bytes)} within T_C (1/alpha - 1)/(1 - o) = "
-                      f"{format_s(allowed)} (cluster has {format_Bps(st.cluster.network_Bps())})")
+                      f"{format_bytes(link_bytes)} within {format_s(allowed)} of exchange "
+                      f"per step{_hidden_how(st, architecture)} (cluster has "
+                      f"{format_Bps(st.cluster.network_Bps())})")
         else:
             notes.why("network", f"network_gbps_needed: no bandwidth reaches efficiency "
                       f"{target:g} (the target leaves no time for the exchange)")
@@ -174,7 +292,7 @@ def bandwidth_reasons(st, architecture: str, max_gpus: int, notes: Notes
     intra_gbps = 0.0
     if g_node > 1:
         intra_bytes = comm.ring_allreduce_bytes(s, g_node)
-        intra_need = sizing.bandwidth_needed_Bps(intra_bytes, compute_s, target, p.overlap, io_s)
+        intra_need = intra_bytes / allowed if allowed > 0 else math.inf
         intra_gbps = Bps_to_gbps(intra_need) / p.bandwidth_efficiency
         intra_has, intra_name = st.cluster.intra_link()
         if math.isfinite(intra_gbps) and intra_need > intra_has * p.bandwidth_efficiency:

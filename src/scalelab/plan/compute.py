@@ -54,15 +54,62 @@ class TargetCompute:
     estimate: bool
     reasons: tuple[str, ...]
     warnings: tuple[str, ...]
+    band: float = 0.0  # relative error band of an estimate: within compute_s x (1 +- band)
+    precision: str | None = None  # the precision the estimate assumed
+    floor_s: float = 0.0  # the target's step floor (kernels x launch latency)
+
+
+def _roofline_mode(precision: str, why: str) -> str:
+    """The estimate's precision mode: PyTorch's default (TF32 convolutions, FP32 matrix
+    products) is the roofline's "fp32" mode; a named precision is itself."""
+    return "fp32" if why.startswith("PyTorch's default") else precision
+
+
+def _source_precision(inp: PlanInput, mode: str) -> str:
+    """How the source GPU computed: its profile's configuration, else the same mode."""
+    return precision_of(inp.algorithm) if inp.algorithm else mode
+
+
+def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
+                      target: hardware.Device, precision: str, why: str
+                      ) -> TargetCompute | None:
+    """The per-operation roofline estimate (:mod:`scalelab.hardware.estimate`), or None when
+    the model's operations cannot be counted (no model named, a model meta tensors cannot
+    run, batch 1) or the target's peaks are unknown."""
+    from scalelab.hardware.estimate import estimate_step
+    from scalelab.opcount import step_ops
+    from scalelab.workload import WorkloadSpec
+
+    if not inp.model or batch_size < 2 or target.peak_flops("fp32") is None \
+            or target.memory_bandwidth_Bps is None:
+        return None
+    try:
+        ops = step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
+                                    num_classes=inp.num_classes), batch_size)
+    except ValueError:
+        return None
+    mode = _roofline_mode(precision, why)
+    est = estimate_step(ops, target.name, mode, source_device=inp.device,
+                        source_step_s=step_s, source_precision=_source_precision(inp, mode))
+    how = f"compute estimated for {target.name} ({mode}: {why}): {est.how}"
+    warnings = () if est.source_device and "not used" not in est.how else (
+        f"assumption: {inp.device or 'the source'} is not a GPU in the catalog, so "
+        f"{target.name}'s step is the roofline with fractions fitted to published "
+        f"throughputs alone (+-{est.band:.0%}); profile on a GPU for a tighter estimate",)
+    return TargetCompute(est.step_s, True, (how,), warnings, est.band, mode, est.floor_s)
 
 
 def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluster,
                    options: PlanOptions) -> TargetCompute:
-    """Compute time on the cluster's device: as measured, or scaled by peak FLOPS.
+    """Compute time on the cluster's device: as measured, or estimated for it.
 
-    Scaled: ``T_target = FLOPs / (peak_target * e)``, with ``e = FLOPs / (T_source *
-    peak_source)`` the efficiency measured on the source; when the source's peak is unknown
-    (a CPU), ``e`` is the assumed ``options.default_mfu``.
+    Estimated, when the model's operations can be counted: a roofline per operation on the
+    target, with the achievable fractions fitted to published training throughputs, anchored
+    to the measured step when the source is a catalog GPU (:func:`scalelab.hardware.estimate.
+    estimate_step`), with its error band. Otherwise (a workload without a model) scaled by
+    peak FLOPS: ``T_target = FLOPs / (peak_target * e)``, with ``e = FLOPs / (T_source *
+    peak_source)`` the efficiency measured on the source, or the assumed
+    ``options.default_mfu`` when the source's peak is unknown (a CPU).
     """
     if cluster.device is None:
         return TargetCompute(step_s, False, (), ())
@@ -70,7 +117,10 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
     src = hardware.match_device(inp.device) if inp.device else target
     if src is not None and src.name == target.name:
         return TargetCompute(step_s, False, (), ())
-    precision, _why = target_precision(inp, cluster, options, target)
+    precision, why = target_precision(inp, cluster, options, target)
+    roof = _roofline_compute(inp, step_s, batch_size, target, precision, why)
+    if roof is not None:
+        return roof
     warnings: list[str] = []
     peak_t = target.peak_flops(precision)
     if peak_t is None:

@@ -34,6 +34,7 @@ from scalelab.plan.options import PlanOptions
 from scalelab.plan.reasons import Notes, Reason
 from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
 from scalelab.plan.sweep import SweepRow, device_counts, sweep_architecture
+from scalelab.plan.text import format_s
 from scalelab.theory import io as theory_io
 
 LARGE_BATCH = 8192
@@ -71,11 +72,18 @@ class Recommendation:
     """Price of 1,000 samples at ``gpus``, when the cluster has a price."""
     cheapest: dict[str, Any] | None = None
     """The cheapest configuration meeting the target, when priced."""
+    alternatives: tuple[advice.Alternative, ...] = ()
+    """The device counts a user weighs: the whole cluster, one node, the target's choice."""
+    launch: str = ""
+    """A command that runs the recommendation."""
+    too_small: str | None = None
+    """Set when one step is too short for the cluster to matter (the figures are bounds)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["reasons"] = [r.text for r in self.reasons]
         d["notes"] = [r.to_dict() for r in self.reasons]
+        d["alternatives"] = [a.to_dict() for a in self.alternatives]
         return d
 
 
@@ -95,9 +103,12 @@ class Plan:
     """True when compute time was estimated for another device."""
     params: ModelParams
     """The step model's parameters (neutral, or calibrated)."""
+    ps_sizing: advice.PsSizing | None = None
+    """Servers for the ps architecture: at the recommendation, or at full size as a what-if."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "ps_sizing": self.ps_sizing.to_dict() if self.ps_sizing else None,
             "inputs": self.inputs,
             "estimate": self.estimate,
             "model_params": self.params.to_dict(),
@@ -188,6 +199,10 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     notes = Notes()
     st, tc = _setting(inp, cluster, options, notes)
     max_gpus = options.max_gpus or cluster.gpus
+    if max_gpus > cluster.gpus:
+        raise UsageError(f"--max-gpus {max_gpus} is more than the cluster's {cluster.gpus} "
+                         f"devices ({cluster.nodes} nodes x {cluster.gpus_per_node}): raise "
+                         "--nodes to plan a larger cluster")
     archs = options.architectures or (
         cluster.architecture, *[a for a in ARCHITECTURES if a != cluster.architecture])
     full = list(range(1, max_gpus + 1))
@@ -204,22 +219,30 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     for how in tc.reasons:
         notes.why("compute", how)
     advice.device_reasons(st, choice, all_rows, max_gpus, notes)
-    num_ps_min, num_ps = advice.server_reasons(st, choice, max_gpus, notes)
+    ps = advice.server_reasons(st, choice, max_gpus, notes)
+    uses_ps = ps is not None and ps.gpus == choice.row.gpus and choice.architecture == "ps"
+    num_ps_min, num_ps = (ps.num_ps_min, ps.num_ps) if uses_ps else (0, 0)
     need_gbps, intra_gbps = advice.bandwidth_reasons(st, choice.architecture, max_gpus, notes)
     advice.loader_reasons(st, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
     _warnings(st, choice.row.gpus, tc.estimate, notes)
     row = choice.row
+    alts = advice.alternatives(choice, all_rows, max_gpus, cluster.gpus_per_node,
+                               options.target_efficiency)
+    small = _too_small(st)
+    if small:
+        notes.warn("compute", small)
     rec = Recommendation(
         batch_size=st.batch, algorithm=inp.algorithm, architecture=choice.architecture,
         gpus=row.gpus, num_ps=num_ps, num_ps_min=num_ps_min, network_gbps_needed=need_gbps,
         loader_workers=st.loaders_needed, reasons=tuple(notes.reasons),
         intra_node_gbps_needed=intra_gbps, samples_per_s=row.samples_per_s,
         efficiency=row.efficiency, cost_per_1k_samples=row.cost_per_1k_samples,
-        cheapest=cheapest,
+        cheapest=cheapest, alternatives=alts, too_small=small,
+        launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch),
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
-                tc.estimate, st.params)
+                tc.estimate, st.params, ps)
 
 
 def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
@@ -241,3 +264,37 @@ def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
     intra_name = st.cluster.intra_link()[1]
     if "pcie3" in intra_name and "assumed" in intra_name and st.cluster.gpus_per_node > 1:
         notes.warn("cluster", "no intra-node link given: assumed PCIe 3.0 x16")
+
+
+SMALL_STEP_S = 2e-3  # below this a step is launch-bound: kernel launches, not the cluster
+
+
+def _too_small(st: _Setting) -> str | None:
+    """One line when a step is too short for the cluster's scaling to mean much."""
+    t = st.work.compute_s
+    if t >= SMALL_STEP_S:
+        return None
+    return (f"one step takes {format_s(t)} at batch {st.batch}: too small for the cluster to "
+            "matter (kernel launches and synchronization, not compute or the network, set "
+            "the pace); the throughputs below are upper bounds: raise the batch or the model")
+
+
+def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: int,
+                   num_ps: int, batch: int) -> str:
+    """torchrun + ``scalelab run`` for the recommendation, as node 0 would type it."""
+    model = inp.model or "MODEL"
+    nodes = -(-gpus // cluster.gpus_per_node)
+    per_node = min(gpus, cluster.gpus_per_node)
+    shape = ",".join(str(x) for x in inp.input_shape)
+    args = f"--batch-size {batch} --input-shape {shape} --num-classes {inp.num_classes}"
+    if architecture != "ps" or gpus == 1:
+        return (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank 0 "
+                f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
+                f"--workers {gpus} --architecture allreduce {args} --launcher torchrun")
+    colocate = cluster.ps_placement == "colocated"
+    procs = per_node + (num_ps // max(1, nodes) if colocate else 0)
+    tail = "--colocate " if colocate else ""
+    where = "" if colocate else f" (and the {num_ps} servers' ranks on their own machines)"
+    return (f"torchrun --nnodes {nodes if colocate else nodes + 1} --nproc-per-node {procs} "
+            f"--node-rank 0 --master-addr HOST0 --master-port 29500 -m scalelab run {model} "
+            f"--workers {gpus} --ps {num_ps} {tail}{args} --launcher torchrun" + where)

@@ -293,6 +293,23 @@ def exchange_of(work: StepWorkload, st: StepSetup, params: ModelParams) -> _Exch
     return _hierarchical(work, st, nic, intra_Bps, lat)
 
 
+COMPUTE_BOUND_OVERHEAD = 0.05  # R_O below which a step counts as compute-bound
+
+
+def limiting_part(compute_s: float, step_s: float, io_s: float, link: str) -> str:
+    """What limits scaling: the part of the step beyond compute that grows with G.
+
+    ``compute`` while the overhead ``T - T_C`` is under 5% of ``T_C`` (efficiency >= 0.95:
+    more devices add throughput almost linearly); otherwise the larger of the exposed input
+    (``io``) and the exposed exchange, named by its slowest link.
+    """
+    overhead = step_s - compute_s
+    if overhead <= COMPUTE_BOUND_OVERHEAD * compute_s:
+        return "compute"
+    exposed_comm = overhead - io_s
+    return "io" if io_s >= exposed_comm else link
+
+
 def _overlap(work: StepWorkload, st: StepSetup, params: ModelParams, ex: _Exchange) -> float:
     """params.overlap, or for all-reduce with ``bucket_bytes`` the DDP bucket overlap."""
     if st.bucket_bytes is None or st.architecture == "ps" or ex.comm_s <= 0:
@@ -317,18 +334,14 @@ def predict_step(workload: StepWorkload, setup: StepSetup = StepSetup(),  # noqa
       machines, the device link otherwise.
     - ``hierarchical``: ring inside each machine, then ring over machines on the NIC.
 
-    Step: :func:`scalelab.theory.comm.overlapped_step_s` with ``params.overlap``. The
-    bottleneck names the largest part of the step: the exchange's slowest link when the
-    exchange exceeds compute, ``io`` when exposed input does, else ``compute``.
+    Step: :func:`scalelab.theory.comm.overlapped_step_s` with ``params.overlap`` (or the
+    DDP bucket overlap). The bottleneck is what limits scaling (:func:`limiting_part`).
     """
     compute = workload.compute_s * params.compute_scale
     io = workload.io_s
     ex = exchange_of(workload, setup, params)
-    bottleneck = "compute"
-    if ex.comm_s > compute and ex.comm_s >= io:
-        bottleneck = ex.link
-    elif io > compute:
-        bottleneck = "io"
-    step = comm.overlapped_step_s(compute, ex.comm_s, io, _overlap(workload, setup, params, ex))
+    overlap = _overlap(workload, setup, params, ex)
+    step = comm.overlapped_step_s(compute, ex.comm_s, io, overlap)
+    bottleneck = limiting_part(compute, step, io, ex.link)
     return StepPrediction(compute, ex.push_s, ex.apply_s, ex.pull_s, ex.comm_s, io, step,
                           ex.form, ex.intra_s, bottleneck, ex.num_ps, ex.effective_servers)

@@ -243,3 +243,16 @@ def ddp_exposed_s(comm_s: float, backward_s: float, param_bytes: float,
                          f"{backward_s}, {bucket_bytes}, {param_bytes}")
     k = max(1, -(-int(param_bytes) // int(bucket_bytes)))
     return max(comm_s / k, comm_s - backward_s * (k - 1) / k)
+
+
+def ddp_allowed_comm_s(allowed_exposed_s: float, backward_s: float, param_bytes: float,
+                       bucket_bytes: float = DDP_BUCKET_BYTES) -> float:
+    """The longest exchange whose DDP-exposed part stays within ``allowed_exposed_s``.
+
+    Inverting :func:`ddp_exposed_s`: ``max(T/k, T - T_b (k-1)/k) <= E`` holds for
+    ``T <= min(k E, E + T_b (k-1)/k)``.
+    """
+    if allowed_exposed_s <= 0:
+        return 0.0
+    k = max(1, -(-int(param_bytes) // int(bucket_bytes)))
+    return min(k * allowed_exposed_s, allowed_exposed_s + backward_s * (k - 1) / k)

@@ -1,0 +1,103 @@
+"""The recommendation reads as one coherent piece of advice (no contradiction, no e-notation,
+alternatives, the limiting part named, never past the cluster's size)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scalelab.cli import main
+from scalelab.errors import UsageError
+from scalelab.plan import Cluster, PlanOptions, plan
+from scalelab.plan.advice import floor2
+from scalelab.plan.inputs import workload_from_dict
+from scalelab.plan.text import format_gbps, sig3
+
+RESNET50 = {"param_bytes": 102_228_128, "batch_size": 64, "step_s": 0.292}
+
+
+def test_efficiency_below_the_target_never_prints_as_the_target():
+    assert floor2(0.797) == "0.79" and floor2(0.8) == "0.80" and floor2(1.0) == "1.00"
+
+
+def test_rates_have_three_significant_digits_and_no_e_notation():
+    assert format_gbps(2590.3) == "2,590 Gb/s"
+    assert format_gbps(70712.0) == "70,700 Gb/s"
+    assert format_gbps(38.44) == "38.4 Gb/s"
+    assert sig3(0.01234) == "0.0123"
+
+
+def test_no_servers_in_advice_that_uses_none():
+    p = plan(workload_from_dict(RESNET50), Cluster(nodes=8, network="10GbE", ps="auto"))
+    rec = p.recommendation
+    assert rec.architecture != "ps"  # all-reduce keeps the target, ps does not
+    assert rec.num_ps == 0 and rec.num_ps_min == 0
+    texts = [str(r) for r in rec.reasons]
+    assert not any(t.startswith("num_ps") for t in texts)
+    # the ps sizing is still there, as a what-if for the whole cluster
+    assert p.ps_sizing is not None and p.ps_sizing.gpus == 8
+    assert any(t.startswith("if parameter servers on all 8 devices") for t in texts)
+    assert not any("e+" in t for t in texts)
+
+
+def test_limiting_part_is_named_not_the_largest_part():
+    p = plan(workload_from_dict(RESNET50), Cluster(nodes=8, network="10GbE", ps=8,
+                                                   architecture="ps"))
+    row = next(r for r in p.sweep if r.architecture == "ps" and r.gpus == 8)
+    assert row.efficiency < 0.7 and row.compute_s > row.comm_s
+    assert row.bottleneck.startswith("network")
+
+
+def test_alternatives_show_the_whole_cluster_beside_the_target():
+    inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 32, "step_s": 0.1})
+    p = plan(inp, Cluster(nodes=4, gpus_per_node=8, network="25GbE", intra_node="nvlink3",
+                          architecture="allreduce"),
+             PlanOptions(architectures=("allreduce",), target_efficiency=0.9))
+    rec = p.recommendation
+    labels = {a.label: a for a in rec.alternatives}
+    assert "all 32" in labels and "one node" in labels
+    assert labels["all 32"].gpus == 32 and labels["one node"].gpus == 8
+    assert rec.gpus < 32 and labels["all 32"].efficiency < 0.9
+    assert labels["all 32"].samples_per_s > rec.samples_per_s
+    assert rec.to_dict()["alternatives"][0]["gpus"] in (32, 8, rec.gpus)
+
+
+def test_single_device_answer_says_why_and_what_more_would_give():
+    inp = workload_from_dict({"param_bytes": 180_000_000, "batch_size": 32, "step_s": 0.3})
+    p = plan(inp, Cluster(nodes=2, network_gbps=1, ps=4))
+    rec = p.recommendation
+    assert rec.gpus == 1
+    assert any("already 2 GPUs fall to efficiency" in str(r) for r in rec.reasons)
+    assert any(a.label == "all 2" for a in rec.alternatives)
+
+
+def test_never_a_plan_past_the_cluster(capsys, tmp_path):
+    with pytest.raises(UsageError, match="more than the cluster's 32 devices"):
+        plan(workload_from_dict(RESNET50), Cluster(nodes=4, gpus_per_node=8, network="10GbE"),
+             PlanOptions(max_gpus=1000))
+    wl = tmp_path / "w.toml"
+    wl.write_text("param_bytes = 102228128\nbatch_size = 64\nstep_s = 0.292\n")
+    rc = main(["plan", "--workload", str(wl), "--nodes", "4", "--gpus-per-node", "8",
+               "--network", "10GbE", "--max-gpus", "1000", "--out", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "32 devices" in err
+
+
+def test_a_step_too_small_for_the_cluster_is_said_in_one_line(tmp_path, capsys):
+    inp = workload_from_dict({"param_bytes": 1_600_000, "batch_size": 32, "step_s": 1.4e-6})
+    p = plan(inp, Cluster(nodes=4, gpus_per_node=8, network="100GbE", intra_node="nvlink3"))
+    assert p.recommendation.too_small and "too small" in p.recommendation.too_small
+    wl = tmp_path / "w.toml"
+    wl.write_text("param_bytes = 1600000\nbatch_size = 32\nstep_s = 1.4e-6\n")
+    main(["plan", "--workload", str(wl), "--nodes", "4", "--gpus-per-node", "8",
+          "--network", "100GbE", "--quiet", "--out", str(tmp_path / "p.json")])
+    out = capsys.readouterr().out
+    assert "too small for the cluster to matter" in out and "samples/s" not in out
+
+
+def test_launch_command_runs_the_recommendation():
+    p = plan(workload_from_dict({**RESNET50, "model": "resnet50"}),
+             Cluster(nodes=2, gpus_per_node=8, network="100GbE", intra_node="nvlink3",
+                     architecture="allreduce"))
+    rec = p.recommendation
+    assert rec.launch.startswith("torchrun --nnodes 2 --nproc-per-node 8")
+    assert f"--workers {rec.gpus}" in rec.launch and "-m scalelab run resnet50" in rec.launch
