@@ -1,10 +1,15 @@
 """The main job: one command from a model to advice, with pictures.
 
-``advise`` profiles the model on this device (or reuses a cached profile of the same
-model, input, classes, optimizer, device and torch version), plans data-parallel training
-for the given cluster (without one: for this machine when it has several GPUs, and for the
-example clusters shipped in ``examples/``), optionally runs the recommended configuration
-for a few real steps here (``check``), and writes ``report.html`` beside the JSON files.
+``advise`` profiles the model on this device (or reuses a cached profile measured with the
+same workload, device, torch version and profiling options), plans data-parallel training
+for the given clusters (without one: for this machine when it has several GPUs, and for the
+example clusters shipped in the package, :data:`EXAMPLES_DIR`), optionally checks the
+model on this machine (``check``: the recommendation's architecture and batch at the
+largest worker count this machine hosts, predicted and run), and writes ``report.html``
+beside the JSON files.
+
+A profile measured while the machine was busy is used for this advice, flagged, and not
+cached: the next ``advise`` measures again.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from scalelab.profiler import ProfileOptions, run_profile
 from scalelab.results import read_json, write_json
 from scalelab.workload import WorkloadSpec
 
-EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+"""Cluster and workload files a user can start from, shipped inside the package."""
 
 
 def cache_dir() -> Path:
@@ -34,36 +40,100 @@ def cache_dir() -> Path:
     return Path(base) / "scalelab"
 
 
-def profile_key(spec: WorkloadSpec, device: str) -> str:
-    """What makes two profiles interchangeable: workload, device, torch version."""
-    ident = {"model": spec.model, "input_shape": list(spec.input_shape),
-             "num_classes": spec.num_classes, "optimizer": spec.optimizer, "device": device,
-             "device_name": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
-             "torch": torch.__version__}
-    digest = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+def profile_identity(spec: WorkloadSpec, options: ProfileOptions) -> dict[str, Any]:
+    """Everything that changes a profile: the workload, the device measured (its index and
+    name), torch, and every profiling option (batches, budget, data, algorithms, steps)."""
+    dev = options.torch_device
+    data = options.data if options.data == "synthetic" else str(Path(options.data).resolve())
+    return {
+        "workload": spec.to_dict(), "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "batch_sizes": options.batch_sizes, "memory_budget_bytes": options.memory_budget_bytes,
+        "max_batch": options.max_batch, "data": data, "algorithms": options.algorithms,
+        "warmup": options.warmup, "timed_steps": options.timed_steps,
+        "max_trials": options.max_trials, "seed": options.seed,
+    }
+
+
+def profile_key(spec: WorkloadSpec, options: ProfileOptions) -> str:
+    """The cache file's name: the model and a digest of :func:`profile_identity`."""
+    ident = json.dumps(profile_identity(spec, options), sort_keys=True)
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     return f"{spec.model.replace(':', '_').replace('/', '_')}-{digest}"
 
 
+def profile_busy(profile: dict[str, Any]) -> bool:
+    """Whether a profile says the machine was busy while it was measured."""
+    env = profile.get("environment")
+    return bool(profile.get("machine_busy") or profile.get("busy")
+                or (isinstance(env, dict) and env.get("busy")))
+
+
+@dataclass(frozen=True)
+class CachedProfile:
+    """A profile and how it was obtained."""
+
+    profile: dict[str, Any]
+    """The profile.json content."""
+    cached: bool
+    """Read from the cache (True) or measured now (False)."""
+    path: Path
+    """The cache entry's path (written only for a profile measured on a quiet machine)."""
+    note: str | None = None
+    """What the reader should know about the cache (a busy profile not stored, ...)."""
+
+
 def cached_profile(spec: WorkloadSpec, options: ProfileOptions, fresh: bool = False,
-                   directory: Path | None = None, progress=None) -> tuple[dict, bool, Path]:
-    """The profile of ``spec``, from the cache unless ``fresh``; returns (profile, hit, path)."""
-    path = (directory or cache_dir()) / "profiles" / f"{profile_key(spec, options.device)}.json"
+                   directory: Path | None = None, progress=None) -> CachedProfile:
+    """The profile of ``spec`` under ``options``, from the cache unless ``fresh``.
+
+    A cache entry measured on a busy machine is never reused, and a profile measured on a
+    busy machine is never stored: its step times say more about the other jobs than about
+    the model."""
+    path = (directory or cache_dir()) / "profiles" / f"{profile_key(spec, options)}.json"
+    note = None
     if not fresh and path.exists():
         try:
-            return read_json(path, "profile"), True, path
+            prof = read_json(path, "profile")
         except UsageError:
-            pass  # a damaged cache entry is measured again
-    prof = run_profile(spec, options, progress=progress)
+            prof = None  # a damaged cache entry is measured again
+        if prof is not None and not profile_busy(prof):
+            return CachedProfile(prof, True, path)
+        if prof is not None:
+            note = "the cached profile was measured on a busy machine: measured again"
+    prof = {"schema": "scalelab.profile/1", **run_profile(spec, options, progress=progress)}
+    if profile_busy(prof):
+        return CachedProfile(prof, False, path, "measured on a busy machine: not cached, "
+                             "the next advise measures again")
     try:
         write_json(path, "profile", prof)
     except UsageError:
         pass  # an unwritable cache costs a re-measurement next time, nothing else
-    return {"schema": "scalelab.profile/1", **prof}, False, path
+    return CachedProfile(prof, False, path, note)
+
+
+def example_names() -> list[str]:
+    """Names of the shipped example cluster files (without ``.toml``)."""
+    return [p.stem for p in default_clusters()]
 
 
 def default_clusters() -> list[Path]:
     """The example cluster files shipped with scalelab."""
     return sorted(EXAMPLES_DIR.glob("cluster-*.toml")) if EXAMPLES_DIR.is_dir() else []
+
+
+def resolve_cluster(arg: str | os.PathLike) -> Path:
+    """A ``--cluster`` argument: a file, else the name of a shipped example
+    (``cluster-4x8-a100-100gbe``, with or without ``.toml``), from any directory."""
+    path = Path(arg)
+    if path.exists() or path.parent != Path("."):
+        return path
+    shipped = EXAMPLES_DIR / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
+    if shipped.is_file():
+        return shipped
+    raise UsageError(f"--cluster {arg}: no such file, and no shipped example of that name "
+                     f"(examples: {', '.join(example_names()) or 'none installed'})")
 
 
 def this_machine_cluster(profile: dict):
@@ -95,7 +165,12 @@ class AdviseResult:
     files: list[Path]
     profile_cached: bool
     plans: list[dict[str, Any]]
-    run: dict[str, Any] | None
+    check: dict[str, Any] | None
+    """check.json's content (a ``scalelab.validation`` file with a ``check`` section)."""
+    profile_note: str | None = None
+    """What the reader should know about the profile's cache entry."""
+    warnings: list[str] = field(default_factory=list)
+    """Every warning the report shows: the profile's, then each plan's (named)."""
 
 
 def _writable(out_dir: Path) -> None:
@@ -108,16 +183,102 @@ def _writable(out_dir: Path) -> None:
         raise UsageError(f"--out {out_dir}: the folder is not writable")
 
 
-def check_run(spec: WorkloadSpec, rec: dict, steps: int, progress=None) -> dict:
-    """A short real run of the recommended setup on this machine (2 workers, loopback)."""
-    from scalelab.runner import run_training
-    from scalelab.runner.config import RunConfig
+def collect_warnings(profile: dict[str, Any], plans: list[dict[str, Any]]) -> list[str]:
+    """The profile's warnings, then each plan's, prefixed with its cluster's name."""
+    out = [f"profile: {w}" for w in profile.get("warnings", [])]
+    for p in plans:
+        name = p["inputs"].get("cluster_name", "plan")
+        out += [f"{name}: {w}" for w in p.get("warnings", [])]
+    return out
 
-    arch = "ps" if rec.get("architecture") == "ps" else "allreduce"
-    ps = min(max(1, int(rec.get("num_ps") or 1)), 2) if arch == "ps" else None
-    cfg = RunConfig(workload=spec, workers=2, ps=ps, architecture=arch,
-                    batch_size=int(rec["batch_size"]), steps=steps, warmup_steps=1)
-    return run_training(cfg, progress=progress)
+
+def host_capacity(device: torch.device) -> tuple[int, str]:
+    """How many training processes this machine hosts: one per GPU, else one per core."""
+    if device.type == "cuda":
+        n = torch.cuda.device_count()
+        return n, f"{n} GPU" + ("" if n == 1 else "s")
+    from scalelab.runner.launch import cpu_count
+
+    n = cpu_count()
+    return n, f"{n} CPU core" + ("" if n == 1 else "s")
+
+
+@dataclass(frozen=True)
+class CheckSetup:
+    """What ``advise --check`` runs: the recommendation, scaled to this machine."""
+
+    architecture: str
+    """ps | allreduce (a hierarchical recommendation is all-reduce on one host)."""
+    workers: int
+    """W: the recommended device count, capped at what this machine hosts."""
+    ps: int
+    """Parameter servers run (0 for all-reduce)."""
+    batch_size: int
+    """The recommended per-device batch."""
+    hosts: int
+    """Processes this machine hosts (cores or GPUs)."""
+    why: str
+    """One sentence: how W and the servers were chosen."""
+
+    def __post_init__(self):
+        if self.workers < 1 or self.batch_size < 1:
+            raise ValueError(f"check needs workers >= 1 and batch >= 1, got {self.workers}, "
+                             f"{self.batch_size}")
+
+    def config(self) -> dict[str, Any]:
+        """The case as the experiment's grid keys, on loopback."""
+        return {"architecture": self.architecture, "workers": self.workers,
+                "ps": self.ps or None, "batch_size": self.batch_size, "rate": None}
+
+
+def check_setup(rec: dict[str, Any], hosts: int, hosts_text: str) -> CheckSetup:
+    """The recommended architecture and batch at the largest worker count this machine
+    hosts: one process per core (or GPU), servers included, never more workers than the
+    recommendation's devices."""
+    gpus = int(rec["gpus"])
+    if rec.get("architecture") == "ps":
+        ps = max(1, min(int(rec.get("num_ps") or 1), hosts // 2))
+        workers = max(1, min(gpus, hosts - ps))
+        arch = "ps"
+    else:
+        ps, workers, arch = 0, max(1, min(gpus, hosts)), "allreduce"
+    shown = f"{workers} worker" + ("" if workers == 1 else "s")
+    if ps:
+        shown += f" and {ps} server" + ("" if ps == 1 else "s")
+    why = (f"{shown}: the recommended {gpus} device" + ("" if gpus == 1 else "s")
+           + f" capped at what this machine hosts ({hosts_text}, one process each)")
+    return CheckSetup(arch, workers, ps, int(rec["batch_size"]), hosts, why)
+
+
+def check_recommendation(spec: WorkloadSpec, plan_data: dict[str, Any], device: torch.device,
+                         steps: int, say=None) -> dict[str, Any]:
+    """Run the recommendation of ``plan_data`` scaled to this machine, on loopback, beside
+    the step model's prediction for exactly that run (compute, contention and the loopback
+    link measured here, as a validation case is). A check of the model on this machine, not
+    a validation of the cluster plan. Returns a validation dict with a ``check`` section."""
+    from scalelab.experiment.validate import ValidationOptions, run_cases
+
+    rec = plan_data["recommendation"]
+    setup = check_setup(rec, *host_capacity(device))
+    opts = ValidationOptions(steps=max(2, steps), warmup_steps=1)
+    result = run_cases(spec, [setup.config()], opts, say=say).to_dict()
+    case = result["cases"][0]
+    name = plan_data["inputs"].get("cluster_name", "the cluster")
+    result["check"] = {
+        "label": f"a check of the model on this machine, not a validation of the plan for "
+                 f"{name}",
+        "cluster_name": name,
+        "recommended": {k: rec.get(k) for k in ("architecture", "gpus", "num_ps",
+                                                "batch_size", "algorithm")},
+        "ran": {**setup.config(), "rate": "loopback", "computation": "default"},
+        "why": setup.why,
+        "predicted_samples_per_s": case["predicted_samples_per_s"],
+        "measured_samples_per_s": case["measured_samples_per_s"],
+        "predicted_step_s": case["predicted_step_s"],
+        "measured_step_s": case["measured_step_s"],
+        "error": case["error"],
+    }
+    return result
 
 
 def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseResult:
@@ -127,15 +288,14 @@ def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseR
     say = progress or (lambda text: None)
     out = Path(options.out_dir)
     _writable(out)
-    clusters = [(Path(c).stem, load_cluster(c)) for c in options.clusters]
+    clusters = [(Path(c).stem, load_cluster(resolve_cluster(c))) for c in options.clusters]
     spec.build_model(seed=None)  # a bad model fails now, not after a profile
     say("profiling (or reading the cached profile)")
-    prof, hit, _ = cached_profile(spec, options.profile, options.fresh,
-                                  Path(options.cache) if options.cache else None,
-                                  progress=say)
-    profile_path = write_json(out / "profile.json", "profile", prof)
+    got = cached_profile(spec, options.profile, options.fresh,
+                         Path(options.cache) if options.cache else None, progress=say)
+    profile_path = write_json(out / "profile.json", "profile", got.profile)
     if not clusters:
-        mine = this_machine_cluster(prof)
+        mine = this_machine_cluster(got.profile)
         if mine is not None:
             clusters.append(("this-machine", mine))
         clusters += [(p.stem, load_cluster(p)) for p in default_clusters()]
@@ -151,12 +311,13 @@ def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseR
         data["inputs"]["cluster_name"] = name
         files.append(write_json(out / f"plan-{name}.json", "plan", data))
         plans.append(data)
-    run = None
+    check = None
     if options.check:
-        rec = dict(plans[0]["recommendation"])
-        say("checking the recommended setup with a short real run")
-        run = check_run(spec, rec, options.check_steps)
-        files.append(write_json(out / "run-check.json", "run", run))
+        say("checking the model on this machine with a short real run")
+        check = check_recommendation(spec, plans[0], options.profile.torch_device,
+                                     options.check_steps, say)
+        files.append(write_json(out / "check.json", "validation", check))
     say("writing the report")
     report = write_report(files, out / "report.html")
-    return AdviseResult(out, report, files, hit, plans, run)
+    return AdviseResult(out, report, files, got.cached, plans, check, got.note,
+                        collect_warnings(got.profile, plans))

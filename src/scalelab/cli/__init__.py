@@ -25,7 +25,18 @@ class Parser(argparse.ArgumentParser):
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    pass
+    """Epilogs as written; every option with a default shows it (unless its help does)."""
+
+    def _format_action(self, action):
+        default = action.default
+        shown = (action.option_strings and default not in (None, False, argparse.SUPPRESS)
+                 and default != [] and "default" not in (action.help or ""))
+        if shown and action.help is not argparse.SUPPRESS:
+            import copy
+
+            action = copy.copy(action)
+            action.help = ((action.help or "").rstrip() + " (default: %(default)s)").lstrip()
+        return super()._format_action(action)
 
 
 def build_parser() -> Parser:

@@ -4,60 +4,118 @@ from __future__ import annotations
 
 import json
 
-EPILOG = """examples:
+EPILOG = """examples (from any folder: --cluster takes a file or a shipped example's name):
   scalelab advise resnet18 --input-shape 3,64,64 --out scalelab-out
-  scalelab advise resnet50 --cluster examples/cluster-4x8-a100-100gbe.toml --out r50
+  scalelab advise resnet50 --cluster cluster-4x8-a100-100gbe --out r50
   scalelab advise alexnet --input-shape 3,64,64 --check --fresh
 
-Without --cluster the plan covers this machine (when it has several GPUs) and the example
-clusters in examples/. Profiles are cached (SCALELAB_CACHE, default ~/.cache/scalelab) by
-model, input shape, classes, optimizer, device and torch version; --fresh measures again.
+Without --cluster the plan covers this machine (when it has several GPUs) and the shipped
+example clusters:
+  {examples}
+Profiles are cached (SCALELAB_CACHE, default ~/.cache/scalelab) by model, input, classes,
+optimizer, device, torch version and every profiling option; a profile measured on a busy
+machine is not cached; --fresh measures again.
+--check runs the recommendation's architecture and batch at the largest worker count this
+machine hosts, beside the model's prediction for that run: a check of the model here, not
+a validation of the cluster plan.
 """
 
 
 def register(sub) -> None:
+    from scalelab.advise import example_names
     from scalelab.cli import HelpFormatter
-    from scalelab.cli._common import add_workload_options, bytes_arg
+    from scalelab.cli._common import add_workload_options, bytes_arg, positive_int
 
     p = sub.add_parser("advise", help="the main job: profile, plan and report in one command",
                        description="Profile MODEL on this device (cached), plan data-parallel "
                                    "training for a cluster, and write an HTML report.",
-                       epilog=EPILOG, formatter_class=HelpFormatter)
+                       epilog=EPILOG.format(examples=" ".join(example_names()) or "none installed"),
+                       formatter_class=HelpFormatter)
     add_workload_options(p)
-    p.add_argument("--cluster", action="append", default=[], metavar="FILE",
-                   help="cluster.toml to plan for (repeatable; default: the examples)")
+    p.add_argument("--cluster", action="append", default=[], metavar="FILE|NAME",
+                   help="cluster.toml, or a shipped example's name, to plan for (repeatable; "
+                        "default: this machine when it has several GPUs, and the examples)")
     p.add_argument("--out", default="scalelab-out", metavar="DIR",
-                   help="folder for report.html and the JSON files (default scalelab-out)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--batch-sizes", default="auto", metavar="auto|B1,B2,...")
-    p.add_argument("--memory-budget", type=bytes_arg, default=None, metavar="SIZE")
-    p.add_argument("--max-batch", type=int, default=None, metavar="B")
-    p.add_argument("--data", default="synthetic", metavar="synthetic|PATH")
-    p.add_argument("--target-efficiency", type=float, default=0.8)
+                   help="folder for report.html and the JSON files")
+    p.add_argument("--device", default="cpu", metavar="cpu|cuda|cuda:N",
+                   help="the device to profile")
+    p.add_argument("--batch-sizes", default="auto", metavar="auto|B1,B2,...",
+                   help="auto (search) or a list of batch sizes to profile")
+    p.add_argument("--memory-budget", type=bytes_arg, default=None, metavar="SIZE",
+                   help="peak memory allowed, e.g. 8GiB (default: the device's memory less 10%%)")
+    p.add_argument("--max-batch", type=int, default=None, metavar="B",
+                   help="largest batch the auto search tries (default 256 on CPU, 4096 on CUDA)")
+    p.add_argument("--data", default="synthetic", metavar="synthetic|PATH",
+                   help="synthetic inputs, or an image folder to time the input pipeline")
+    p.add_argument("--algorithms", choices=["auto", "none"], default="auto",
+                   help="compare computation configurations")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="timed steps per profiling trial; fewer is noted in the output")
+    p.add_argument("--target-efficiency", type=float, default=0.8,
+                   help="the efficiency a recommended device count must keep")
     p.add_argument("--fresh", action="store_true", help="profile again, ignoring the cache")
     p.add_argument("--check", action="store_true",
-                   help="run the recommended setup for a few real steps on this machine")
+                   help="check the model on this machine: run the recommendation scaled to "
+                        "the cores (or GPUs) here, beside its prediction")
+    p.add_argument("--check-steps", type=positive_int, default=6,
+                   help="timed steps of the --check run")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=run)
 
 
+def recommendation_line(p: dict) -> str:
+    """One plan's advice in one line: the cluster, what to use and what it gives."""
+    from scalelab.plan.text import format_gbps, plural
+
+    r = p["recommendation"]
+    servers = (f", {plural(r['num_ps'], 'parameter server')} (lemma minimum {r['num_ps_min']})"
+               if r["architecture"] == "ps" else "")
+    return (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): batch {r['batch_size']}"
+            f"/device, {r['algorithm'] or 'default computation'}, {r['architecture']} on "
+            f"{plural(r['gpus'], 'device')}{servers}: {r['samples_per_s']:,.0f} samples/s at "
+            f"efficiency {r['efficiency']:.2f}; network needed "
+            f"{format_gbps(r['network_gbps_needed'])} per node")
+
+
+def cluster_text(p: dict) -> str:
+    """``4 nodes x 8 A100-SXM-80GB, 100GbE``: the cluster a plan is for."""
+    from scalelab.report.html import cluster_summary
+
+    return cluster_summary(p)
+
+
+def check_line(check: dict) -> str:
+    from scalelab.plan.text import format_s
+
+    c = check["check"]
+    ran = c["ran"]
+    return (f"{c['label']}: ran {ran['architecture']} with {c['why']}, batch "
+            f"{ran['batch_size']}, on loopback: predicted {c['predicted_samples_per_s']:,.1f} "
+            f"samples/s (step {format_s(c['predicted_step_s'])}), measured "
+            f"{c['measured_samples_per_s'] or 0:,.1f} samples/s (step "
+            f"{format_s(c['measured_step_s'])}), error {c['error'] * 100:+.1f}%")
+
+
 def run(args) -> int:
     from scalelab.advise import AdviseOptions, advise
-    from scalelab.cli._common import console, err_console, workload_from_args
+    from scalelab.cli._common import workload_from_args
     from scalelab.profiler import ProfileOptions
 
     spec = workload_from_args(args)
     popts = ProfileOptions(device=args.device, batch_sizes=args.batch_sizes,
                            memory_budget_bytes=args.memory_budget, data=args.data,
-                           max_batch=args.max_batch)
+                           max_batch=args.max_batch, algorithms=args.algorithms,
+                           steps=args.steps)
     opts = AdviseOptions(out_dir=args.out, clusters=args.cluster, fresh=args.fresh,
-                         check=args.check, target_efficiency=args.target_efficiency,
-                         profile=popts)
+                         check=args.check, check_steps=args.check_steps,
+                         target_efficiency=args.target_efficiency, profile=popts)
     if args.quiet or args.json:
         result = advise(spec, opts)
     else:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from scalelab.cli._common import err_console
 
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                       console=err_console, transient=True) as bar:
@@ -66,30 +124,32 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"report": str(result.report), "files": [str(f) for f in result.files],
                           "profile_cached": result.profile_cached,
+                          "profile_note": result.profile_note, "warnings": result.warnings,
                           "recommendations": {p["inputs"]["cluster_name"]: p["recommendation"]
-                                              for p in result.plans}}, indent=2))
+                                              for p in result.plans},
+                          "check": (result.check or {}).get("check")}, indent=2))
         return 0
-    if args.quiet:
-        return 0
+    if not args.quiet:
+        print_advice(spec.model, result)
+    return 0
+
+
+def print_advice(model: str, result) -> None:
+    from scalelab.cli._common import console
     from scalelab.cli.profile import algorithm_table, summary_table
     from scalelab.results import read_json
 
     prof = read_json(result.out_dir / "profile.json", "profile")
     console.print(summary_table(prof))
     console.print(algorithm_table(prof))
-    head = f"advice for {spec.model}" + (" (cached profile)" if result.profile_cached else "")
+    head = f"advice for {model}" + (" (cached profile)" if result.profile_cached else "")
     console.print(f"[bold]{head}[/bold]")
+    if result.profile_note:
+        console.print(f"  profile: {result.profile_note}", highlight=False)
     for p in result.plans:
-        r = p["recommendation"]
-        servers = (f", {r['num_ps']} parameter servers (lemma minimum {r['num_ps_min']})"
-                   if r["architecture"] == "ps" else "")
-        console.print(
-            f"  {p['inputs']['cluster_name']}: batch {r['batch_size']}/device, {r['algorithm']}, "
-            f"{r['architecture']} on {r['gpus']} devices{servers}: "
-            f"{r['samples_per_s']:,.0f} samples/s at efficiency {r['efficiency']:.2f}; "
-            f"network needed {r['network_gbps_needed']:.3g} Gb/s", highlight=False)
-    if result.run:
-        console.print(f"check run on this machine: {result.run.get('samples_per_s', 0):.1f} "
-                      "samples/s measured")
+        console.print(recommendation_line(p), highlight=False)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    if result.check:
+        console.print(check_line(result.check), highlight=False)
     console.print(f"report: [bold]{result.report}[/bold]")
-    return 0

@@ -98,35 +98,86 @@ def plan_label(p: dict) -> str:
     inputs = p.get("inputs") or {}
     if inputs.get("cluster_name"):
         return str(inputs["cluster_name"])
-    c = inputs.get("cluster") or {}
+    return cluster_summary(p) or "plan"
+
+
+def _plural(n: Any, word: str) -> str:
+    from scalelab.plan.text import plural
+
+    return plural(n, word) if isinstance(n, int) else f"{n} {word}s"
+
+
+def cluster_summary(p: dict) -> str:
+    """The cluster a plan is for, in words: ``4 nodes x 8 A100-SXM-80GB, 100GbE``."""
+    c = (p.get("inputs") or {}).get("cluster") or {}
+    if not c:
+        return ""
     net = c.get("network") or (f"{c['network_gbps']:g} Gb/s" if c.get("network_gbps") else "")
-    return f"{c.get('nodes', '?')}x{c.get('gpus_per_node', '?')} {c.get('device') or ''} " \
-           f"{net}".strip()
+    per_node = c.get("gpus_per_node", "?")
+    device = c.get("device") or ("GPU" if per_node == 1 else "GPUs")
+    text = f"{_plural(c.get('nodes', '?'), 'node')} x {per_node} {device}"
+    return f"{text}, {net}" if net else text
+
+
+def _cluster_gpus(p: dict) -> int | None:
+    c = (p.get("inputs") or {}).get("cluster") or {}
+    nodes, per_node = c.get("nodes"), c.get("gpus_per_node")
+    return nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None
+
+
+def _row_text(row: dict, what: str) -> str:
+    return f"{what} {row['samples_per_s']:,.0f} samples/s at efficiency {row['efficiency']:.2f}"
+
+
+def alternatives(p: dict) -> list[str]:
+    """What the reader weighs against the recommendation: every device of the cluster (the
+    sweep's row at the cluster's size, recommended architecture), and the other
+    architectures at the recommended count."""
+    rec = p.get("recommendation") or {}
+    arch, gpus = rec.get("architecture"), rec.get("gpus")
+    rows = [r for r in p.get("sweep", []) if isinstance(r.get("samples_per_s"), (int, float))
+            and isinstance(r.get("efficiency"), (int, float))]
+    out = []
+    total = _cluster_gpus(p)
+    full = next((r for r in rows if r.get("architecture") == arch and r.get("gpus") == total),
+                None)
+    if full is not None and total != gpus:
+        out.append(_row_text(full, f"all {total} GPUs ({arch}) would give"))
+    for r in rows:
+        if r.get("gpus") == gpus and r.get("architecture") != arch:
+            out.append(_row_text(r, f"{r['architecture']} on the same "
+                                    f"{_plural(gpus, 'GPU')}:"))
+    return out
 
 
 def _recommendations(inputs: ReportInputs) -> list[dict]:
     """The headline: one recommendation per plan, else what the profile chose."""
+    from scalelab.plan.text import format_gbps
+
     recs = []
     for p in inputs.of("plan"):
         rec = p.get("recommendation")
         if not rec:
             continue
         arch = rec.get("architecture")
+        gpus, total = rec.get("gpus"), _cluster_gpus(p)
         recs.append({
             "title": plan_label(p),
+            "cluster": cluster_summary(p),
             "cards": [
                 ("batch size / device", rec.get("batch_size")),
                 ("computation", rec.get("algorithm") or "default"),
                 ("architecture", arch),
-                ("devices", rec.get("gpus")),
+                ("devices", f"{gpus} of {total}" if total else gpus),
                 ("parameter servers", f"{rec.get('num_ps')} (min {rec.get('num_ps_min')})"
                  if arch == "ps" else "-"),
-                ("network needed", f"{rec['network_gbps_needed']:.3g} Gb/s"
+                ("network needed", format_gbps(rec["network_gbps_needed"])
                  if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
                 ("loader processes", rec.get("loader_workers")),
                 ("samples/s", f"{rec['samples_per_s']:,.0f}"
                  if isinstance(rec.get("samples_per_s"), (int, float)) else "-"),
             ],
+            "alternatives": alternatives(p),
             "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
             "warnings": [_reason_text(w) for w in p.get("warnings", [])],
             "estimate": bool(p.get("estimate")),
@@ -137,9 +188,13 @@ def _recommendations(inputs: ReportInputs) -> list[dict]:
         algo = (prof.get("algorithms") or {}).get("chosen")
         return [{
             "title": "this device",
+            "cluster": "the device profiled, "
+                       + str((prof.get("environment") or {}).get("device_name")
+                             or prof.get("device") or "?"),
             "cards": [("batch size / device", prof.get("recommended_batch_size")),
                       ("largest batch that fits", prof.get("max_batch_size")),
                       ("computation", algo or "default")],
+            "alternatives": [],
             "reasons": ["batch: the smallest measured batch within 5% of the best throughput"],
             "warnings": [],
             "estimate": False,
@@ -155,6 +210,99 @@ def _profile_table(profile: dict) -> list[list[str]]:
                      _fmt_s(r.get("step_s")), f"{r.get('samples_per_s') or 0:.1f}",
                      _fmt_bytes(r.get("peak_memory_bytes"))])
     return rows
+
+
+def _band_text(row: dict) -> str | None:
+    """A row's band on its step time as ``-a% / +b%``, or None when it carries none."""
+    step, lo, hi = row.get("step_s"), row.get("step_s_low"), row.get("step_s_high")
+    band = row.get("band")
+    if isinstance(band, dict) and isinstance(step, (int, float)) and lo is None and hi is None:
+        if isinstance(band.get("low"), (int, float)) and isinstance(band.get("high"),
+                                                                       (int, float)):
+            lo, hi = step * band["low"], step * band["high"]
+    if isinstance(band, (int, float)) and lo is None and hi is None:
+        return f"±{band * 100:.0f}%"
+    if not all(isinstance(v, (int, float)) for v in (step, lo, hi)) or not step > 0:
+        return None
+    return f"-{(step - lo) / step * 100:.0f}% / +{(hi - step) / step * 100:.0f}%"
+
+
+def _shown_counts(rec_gpus: Any, total: int | None, counts: list[int]) -> set[int]:
+    """Device counts worth a table row: powers of two, the recommendation, the cluster."""
+    keep = {g for g in counts if g & (g - 1) == 0}
+    keep |= {g for g in (rec_gpus, total) if isinstance(g, int)}
+    return keep
+
+
+def sweep_rows(plans: list[dict]) -> tuple[list[list[str]], list[str]]:
+    """The recommended architecture's predicted rows per plan; a ± column when the
+    predictions carry a band."""
+    from scalelab.plan.text import format_s
+
+    rows, banded = [], False
+    for p in plans:
+        rec = p.get("recommendation") or {}
+        arch = rec.get("architecture")
+        mine = [r for r in p.get("sweep", []) if r.get("architecture") == arch
+                and isinstance(r.get("gpus"), int)]
+        keep = _shown_counts(rec.get("gpus"), _cluster_gpus(p), [r["gpus"] for r in mine])
+        for r in sorted(mine, key=lambda r: r["gpus"]):
+            if r["gpus"] not in keep:
+                continue
+            band = _band_text(r)
+            banded = banded or band is not None
+            mark = " (recommended)" if r["gpus"] == rec.get("gpus") else ""
+            rows.append([f"{plan_label(p)}: {arch}{mark}", str(r["gpus"]),
+                         format_s(r["step_s"]) if isinstance(r.get("step_s"), (int, float))
+                         else "-", band or "-",
+                         f"{r['samples_per_s']:,.0f}" if isinstance(r.get("samples_per_s"),
+                                                                    (int, float)) else "-",
+                         f"{r['efficiency']:.2f}" if isinstance(r.get("efficiency"),
+                                                                (int, float)) else "-",
+                         str(r.get("bottleneck") or "-")])
+    header = ["plan", "devices", "step", "±", "samples/s", "efficiency", "bottleneck"]
+    if not banded:
+        rows = [r[:3] + r[4:] for r in rows]
+        header = header[:3] + header[4:]
+    return rows, header
+
+
+def _budget_drawn(profile: dict) -> bool:
+    """Whether the batch figure draws the memory budget (it does when the budget is within
+    4x the largest peak memory measured, so that the line does not flatten the curve)."""
+    mem = [r.get("peak_memory_bytes") or 0 for r in profile.get("batches", [])
+           if r.get("batch_size")]
+    budget = profile.get("memory_budget_bytes")
+    return bool(mem and budget and budget < 4 * max(mem))
+
+
+def batch_caption(profile: dict) -> str:
+    """What the batch figure draws, and only that."""
+    fit = (profile.get("fit") or {}).get("step_s") or {}
+    left = ["step time (each point the median of the timed steps after warm-up)"]
+    if "intercept" in fit and "per_sample" in fit:
+        left.append("its linear fit (dashed)")
+    if any(r.get("samples_per_s") for r in profile.get("batches", [])):
+        left.append("samples/s (dotted, right axis)")
+    right = "peak memory" + (" and the memory budget (dashed)" if _budget_drawn(profile)
+                             else "")
+    text = f"Left: {', '.join(left)}. Right: {right}."
+    if profile.get("recommended_batch_size"):
+        text += " The vertical dotted line is the chosen batch."
+    return text + "".join(f" Warning: {w}" for w in profile.get("warnings", []))
+
+
+def scaling_caption(plans: list[dict], runs: list[dict], validations: list[dict]) -> str:
+    from scalelab.report.figures.plan import _measured_speedups
+
+    text = ("Predicted by the planner for each architecture and cluster (one line style per "
+            "cluster); the grey line is linear speedup")
+    if any((p.get("inputs") or {}).get("options", {}).get("target_efficiency") for p in plans):
+        text += ", the dashed line the target efficiency"
+    text += "."
+    if _measured_speedups(runs, validations):
+        text += " Dots are measured runs."
+    return text
 
 
 def _validation_rows(validations: list[dict]) -> list[list[str]]:
@@ -183,6 +331,39 @@ def _environment(inputs: ReportInputs) -> dict:
         return {}
 
 
+def check_text(check: dict) -> str:
+    """A ``--check`` of the model on this machine, labelled as what it is."""
+    ran = check.get("ran") or {}
+    pred, meas = check.get("predicted_samples_per_s"), check.get("measured_samples_per_s")
+    err = check.get("error")
+    text = (f"{check.get('label', 'check of the model on this machine')}: "
+            f"{ran.get('architecture', '?')} with {check.get('why', '?')}, batch "
+            f"{ran.get('batch_size', '?')}, on loopback")
+    if isinstance(pred, (int, float)) and isinstance(meas, (int, float)):
+        text += f": predicted {pred:,.1f} samples/s, measured {meas:,.1f} samples/s"
+    if isinstance(err, (int, float)):
+        text += f" (step-time error {err * 100:+.1f}%)"
+    return text
+
+
+def _summary(validations: list[dict], runs: list[dict]) -> list[str]:
+    summary = []
+    for v in validations:
+        if isinstance(v.get("check"), dict):
+            summary.append(check_text(v["check"]))
+        elif v.get("median_abs_error") is not None:
+            summary.append(f"validation: median |error| {v['median_abs_error'] * 100:.1f}%, "
+                           f"max {v.get('max_abs_error', 0) * 100:.1f}% over "
+                           f"{_plural(len(v.get('cases', [])), 'case')}")
+    for r in runs:
+        cfg = r.get("config", {})
+        if r.get("samples_per_s"):
+            summary.append(f"run: {cfg.get('architecture', '?')} with "
+                           f"{_plural(cfg.get('workers', '?'), 'worker')}, "
+                           f"{r['samples_per_s']:.1f} samples/s measured")
+    return summary
+
+
 def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     """The report as one HTML string."""
     profiles, plans, runs = inputs.of("profile"), inputs.of("plan"), inputs.of("run")
@@ -198,17 +379,15 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
 
     for prof in profiles[:1]:
         add("batch", "Step time and memory against batch size", figures.batch_scaling(prof),
-            "Each point is the median of the timed steps after warm-up; the dashed line is the "
-            "memory budget, the dotted one the chosen batch."
-            + "".join(f" Warning: {w}" for w in prof.get("warnings", [])),
-            _profile_table(prof),
+            batch_caption(prof), _profile_table(prof),
             ["batch", "forward", "backward", "optimizer", "step", "samples/s", "peak memory"])
         add("algorithms", "Computation configurations", figures.algorithms(prof),
             "Step time of each candidate at the chosen batch; hatched bars do not fit the "
             "memory budget.")
+    sweep, sweep_header = sweep_rows(plans)
     add("scaling", "Speedup and efficiency against device count",
-        figures.scaling(plans, runs, validations),
-        "Predicted by the planner for each architecture and network; dots are measured runs.")
+        figures.scaling(plans, runs, validations), scaling_caption(plans, runs, validations),
+        sweep, sweep_header)
     add("breakdown", "Where a step's time goes", figures.breakdown(plans, runs, validations),
         "Compute, input, push, server apply and pull per step, predicted beside measured.")
     add("validation", "Predicted against measured", figures.validation(validations),
@@ -217,17 +396,7 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     add("compare", "Naive against recommended", figures.compare(compares),
         "The baseline, then the recommendations applied one at a time in the paper's order.")
 
-    summary = []
-    for v in validations:
-        if v.get("median_abs_error") is not None:
-            summary.append(f"validation: median |error| {v['median_abs_error'] * 100:.1f}%, "
-                           f"max {v.get('max_abs_error', 0) * 100:.1f}% over "
-                           f"{len(v.get('cases', []))} cases")
-    for r in runs:
-        cfg = r.get("config", {})
-        if r.get("samples_per_s"):
-            summary.append(f"run: {cfg.get('architecture', '?')} with {cfg.get('workers', '?')} "
-                           f"workers, {r['samples_per_s']:.1f} samples/s measured")
+    summary = _summary(validations, runs)
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("scalelab.report", "templates"),
