@@ -21,15 +21,16 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from scalelab.experiment import published
 from scalelab.hardware import fidelity
 from scalelab.hardware.reference import load_points
 from scalelab.results import write_text_atomic
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
-# A function (series dict, gpus) -> predicted samples/s for the same-node table, or None to
-# print the published figures alone.
-SAME_NODE_PREDICTOR: Callable[[dict, int], float] | None = None
+# A function (series dict, gpus) -> predicted samples/s for the same-node table: the plan,
+# from each series' 1-GPU throughput (scalelab.experiment.published).
+SAME_NODE_PREDICTOR: Callable[[dict, int], float] | None = published.predict_point
 
 
 def cross_device_table(mode: str) -> dict:
@@ -109,6 +110,18 @@ def main() -> int:
         print_cross_device(t)
     same = same_node_table(SAME_NODE_PREDICTOR)
     print_same_node(same)
+    points = published.same_node(DATA / "published_scaling.toml")
+    for name, keep in (("synthetic data", True), ("real data (input pipeline not modelled)",
+                                                   False)):
+        sel = [p for p in points if p.synthetic == keep]
+        if sel:
+            med, worst = published.error_summary(sel)
+            over = sum(abs(p.error) > 0.15 for p in sel)
+            print(f"same node, {name}: {len(sel)} points, median |error| {med:.1%}, "
+                  f"max {worst:.1%}, {over} above 15%")
+            same[f"summary_{'synthetic' if keep else 'real'}"] = {
+                "points": len(sel), "median_abs_error": med, "max_abs_error": worst,
+                "above_15pct": over}
     result = {"benchmark": "published_fidelity", "cross_device": tables, "same_node": same}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,8 @@ class Device:
     cpu_cores_per_node: int | None = None  # that platform's host CPU cores
     platform_source: str | None = None
     host_link: str | None = None  # each device's link to the host CPU (PCIe generation)
+    gpus_per_host_link: int | None = None  # that platform's GPUs behind one PCIe switch uplink
+    host_link_source: str | None = None
 
     def peak_flops(self, precision: str = "fp32") -> float | None:
         """Dense peak FLOP/s at ``precision``; None when unknown or not supported."""
