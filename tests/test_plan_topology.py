@@ -133,3 +133,25 @@ def test_link_named_and_rated_in_one_file_is_refused(tmp_path):
     f.write_text('network = "10GbE"\nnetwork_gbps = 25\n')
     with pytest.raises(UsageError, match="same link"):
         load_cluster(f)
+
+
+def test_a_node_short_of_cores_is_input_bound_and_says_so():
+    # 8 GPUs at T_C = 0.1 s, batch 256, 2 ms decode per sample per core: t_load = 0.512 s,
+    # ceil(0.512/0.1) = 6 loaders per GPU, 48 processes; with 32 cores each GPU's loaders
+    # get 4 cores: a batch every 0.512/4 = 0.128 s, so 28 ms of input shows per step.
+    inp = workload_from_dict({"param_bytes": 100 * MB, "batch_size": 256, "step_s": 0.1,
+                              "load_s_per_sample": 0.002})
+    c = Cluster(nodes=1, gpus_per_node=8, intra_node="nvlink3", network="100GbE",
+                architecture="allreduce", cpu_cores_per_node=32)
+    p = plan(inp, c, PlanOptions(architectures=("allreduce",)))
+    row = next(r for r in p.sweep if r.gpus == 8)
+    assert row.io_s == pytest.approx(0.028)
+    assert row.bottleneck == "io"
+    one = next(r for r in p.sweep if r.gpus == 1)
+    assert one.io_s == 0.0  # one GPU's 6 loaders have their cores
+    assert p.recommendation.loader_workers == 6
+    text = " ".join(map(str, p.recommendation.reasons))
+    assert "need 48 cores" in text and "input-bound" in text and "fix: 48 cores" in text
+    enough = plan(inp, Cluster(**{**c.to_dict(), "cpu_cores_per_node": 64}),
+                  PlanOptions(architectures=("allreduce",)))
+    assert next(r for r in enough.sweep if r.gpus == 8).io_s == 0.0

@@ -17,6 +17,7 @@ from scalelab.plan.step import BACKWARD_SHARE
 from scalelab.plan.sweep import Sweeper, SweepRow
 from scalelab.plan.text import format_Bps, format_bytes, format_gbps, format_s, plural
 from scalelab.theory import comm, sharding, sizing
+from scalelab.theory import io as theory_io
 from scalelab.theory.units import Bps_to_gbps, ceil_div
 
 
@@ -304,13 +305,34 @@ def bandwidth_reasons(st, architecture: str, max_gpus: int, notes: Notes
     return need_gbps, intra_gbps
 
 
-def loader_reasons(st, notes: Notes) -> None:
-    load = st.inp.load_s_per_batch
-    if load:
-        notes.why("loaders", f"loader_workers {st.loaders_needed}: ceil(t_load/T_C) = "
-                  f"ceil({format_s(load)}/{format_s(st.work.compute_s)}) hides input loading")
-    else:
+def loader_reasons(st, max_gpus: int, notes: Notes) -> None:
+    """Loader processes per device, and whether a node's cores can feed all its devices."""
+    from scalelab.plan.recommend import _load_s_per_batch
+
+    load = _load_s_per_batch(st.inp, st.batch)
+    if not load:
         notes.why("loaders", "loader_workers 0: no input-pipeline time measured (synthetic data)")
+        return
+    t_c = st.work.compute_s / st.cluster.accumulation_steps
+    notes.why("loaders", f"loader_workers {st.loaders_needed}: ceil(t_load/T_C) = "
+              f"ceil({format_s(load)}/{format_s(t_c)}) hides input loading")
+    g = min(st.cluster.gpus_per_node, max_gpus)
+    cores, cores_how = st.cluster.cpu_cores()
+    node = theory_io.node_input(load / st.batch, st.batch, t_c, g, cores, st.loaders)
+    if cores is None:
+        notes.why("input", f"a node's {plural(g, 'GPU')} need {node.cores_needed} cores for "
+                  f"their loaders ({g} x {node.loaders_per_gpu}); the node's cores are "
+                  f"{cores_how}")
+    elif node.input_bound:
+        notes.why("input",
+                  f"input-bound: a node's {plural(g, 'GPU')} need {node.cores_needed} cores "
+                  f"for their loaders ({g} x {node.loaders_per_gpu}), the node has {cores_how}: "
+                  f"{format_s(node.exposed_io_s)} of input shows per step, capping the node "
+                  f"at {node.samples_per_s:,.0f} samples/s (compute alone: "
+                  f"{node.samples_per_s_compute:,.0f}); fix: {node.cores_needed} cores")
+    else:
+        notes.why("input", f"a node's {plural(g, 'GPU')} need {node.cores_needed} cores for "
+                  f"their loaders; it has {cores_how}: enough")
 
 
 def cost_reasons(st, choice: Choice, notes: Notes) -> dict[str, Any] | None:

@@ -215,6 +215,16 @@ class Cluster:
         lk = hardware.link(name)
         return lk.bandwidth_Bps, f"{lk.title} ({how})"
 
+    def cpu_cores(self) -> tuple[int | None, str]:
+        """(host cores per node for input loaders, where that comes from); None: unknown."""
+        if self.cpu_cores_per_node is not None:
+            return self.cpu_cores_per_node, f"{self.cpu_cores_per_node} cores (given)"
+        dev = hardware.device(self.device) if self.device else None
+        if dev is not None and dev.cpu_cores_per_node:
+            return dev.cpu_cores_per_node, (f"{dev.cpu_cores_per_node} cores, as in a "
+                                            f"{dev.platform} ({dev.platform_source})")
+        return None, "unknown (give cpu_cores_per_node)"
+
     def grad_bytes(self, param_bytes: float) -> float:
         """S_p at the exchange's precision, from fp32 parameter bytes."""
         return param_bytes * GRAD_DTYPES[self.grad_dtype] / 4

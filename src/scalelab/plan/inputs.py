@@ -41,6 +41,8 @@ class PlanInput:
     """The computation configuration the profile chose."""
     load_s_per_batch: float | None = None
     """Input-pipeline time per minibatch in one process, seconds."""
+    load_s_per_sample: float | None = None
+    """Decode time of one sample on one core, seconds (load_s_per_batch / its batch)."""
     io_s: float = 0.0
     """Exposed input time per step as given (workload files), seconds."""
     batches: tuple[tuple[int, float], ...] = ()
@@ -155,6 +157,7 @@ def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput
         mem_pair = (float(fit_mem.get("intercept") or 0.0), float(fit_mem["per_sample"]))
     io = data.get("io") or {}
     load = io.get("load_s_per_batch") if isinstance(io, dict) else None
+    per_sample = io.get("load_s_per_sample") if isinstance(io, dict) else None
     device = env.get("device_name") or env.get("device")
     if str(env.get("device", "")).lower() == "cpu":
         device = "cpu"
@@ -166,6 +169,7 @@ def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput
         tensor_bytes=tuple(int(b) for b in wl.get("tensor_bytes") or ()),
         flops_per_sample=_num(wl, "flops_per_sample", where, required=False) or None,
         device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
+        load_s_per_sample=float(per_sample) if per_sample else None,
         batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
         max_batch_size=data.get("max_batch_size"), path=where, busy=_busy(data),
         backward_fraction=_backward_fraction(batches_raw, rec),
@@ -188,7 +192,8 @@ def load_workload(path: str | Path) -> PlanInput:
 
 def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInput:
     known = {"model", "param_bytes", "batch_size", "step_s", "device", "io_s",
-             "flops_per_sample", "input_shape", "num_classes", "algorithm"}
+             "flops_per_sample", "input_shape", "num_classes", "algorithm",
+             "load_s_per_sample"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
@@ -218,6 +223,7 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
         model=model, tensor_bytes=tensor_bytes, flops_per_sample=flops,
         device=data.get("device"), algorithm=data.get("algorithm"),
         io_s=float(_num(data, "io_s", where, required=False) or 0.0),
+        load_s_per_sample=_num(data, "load_s_per_sample", where, required=False),
         batches=((int(batch), float(step_s)),), path=where,
         input_shape=tuple(input_shape), num_classes=int(num_classes),
     )

@@ -152,11 +152,12 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
         notes.warn("estimate", w)
     k = cluster.accumulation_steps
     compute_s = k * tc.compute_s  # k micro-batches per exchange
-    load = inp.load_s_per_batch
+    load = _load_s_per_batch(inp, batch)
+    cores = cluster.cpu_cores()[0]
     if load:
         needed = theory_io.loader_workers_needed(load, tc.compute_s)
         loaders = needed if options.loader_workers is None else options.loader_workers
-        io_s = k * theory_io.exposed_io_s(load, loaders, tc.compute_s)
+        io_s = k * theory_io.node_exposed_io_s(load, loaders, tc.compute_s, 1, cores)
     else:
         needed, loaders, io_s = 0, options.loader_workers or 0, inp.io_s * k
     if cluster.ps_partition == "tensor" and not inp.tensor_bytes:
@@ -170,6 +171,26 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
     derive = cluster.overlap is None and options.params is None
     return _Setting(inp, cluster, options, params, batch, measured, work, loaders, needed,
                     derive), tc
+
+
+def _load_s_per_batch(inp: PlanInput, batch: int) -> float | None:
+    """One process's input time for a minibatch of ``batch``: b x t_sample."""
+    if inp.load_s_per_sample:
+        return batch * inp.load_s_per_sample
+    if inp.load_s_per_batch:
+        return inp.load_s_per_batch * batch / inp.batch_size
+    return None
+
+
+def io_at(st: _Setting):
+    """Exposed input per exchange for g devices on a node (their loaders share its cores)."""
+    load = _load_s_per_batch(st.inp, st.batch)
+    if not load:
+        return None
+    cores = st.cluster.cpu_cores()[0]
+    t_c = st.work.compute_s / st.cluster.accumulation_steps
+    k = st.cluster.accumulation_steps
+    return lambda g: k * theory_io.node_exposed_io_s(load, st.loaders, t_c, g, cores)
 
 
 def _inputs_record(st: _Setting, archs: tuple[str, ...], max_gpus: int) -> dict[str, Any]:
@@ -209,7 +230,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     all_rows = {a: sweep_architecture(st.work, cluster, st.params, a, full,
                                       st.samples_per_exchange,
                                       target_efficiency=options.target_efficiency,
-                                      derive_overlap=st.derive_overlap)
+                                      derive_overlap=st.derive_overlap, io_at=io_at(st))
                 for a in archs}
     shown = set(device_counts(max_gpus))
     sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
@@ -223,7 +244,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     uses_ps = ps is not None and ps.gpus == choice.row.gpus and choice.architecture == "ps"
     num_ps_min, num_ps = (ps.num_ps_min, ps.num_ps) if uses_ps else (0, 0)
     need_gbps, intra_gbps = advice.bandwidth_reasons(st, choice.architecture, max_gpus, notes)
-    advice.loader_reasons(st, notes)
+    advice.loader_reasons(st, max_gpus, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
     _warnings(st, choice.row.gpus, tc.estimate, notes)
     row = choice.row

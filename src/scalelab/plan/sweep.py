@@ -8,7 +8,7 @@ batch): throughput G b / T(G), speedup against one device, efficiency speedup / 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,8 +88,10 @@ class Sweeper:
 
     def __init__(self, work: StepWorkload, cluster: Cluster, params: ModelParams,
                  architecture: str, network_Bps: float | None = None,
-                 target_efficiency: float = 0.8, derive_overlap: bool = False):
+                 target_efficiency: float = 0.8, derive_overlap: bool = False,
+                 io_at: Callable[[int], float] | None = None):
         self.work = work
+        self.io_at = io_at
         self.target = target_efficiency
         self.cluster = cluster
         self.params = params
@@ -162,8 +164,15 @@ class Sweeper:
             gpus_per_nic=self.gpus_per_nic, host_bandwidth_Bps=self.host_Bps,
             gpus_per_host_link=c.gpus_per_host_link, bucket_bytes=self.bucket_bytes)
 
+    def workload(self, gpus: int) -> StepWorkload:
+        """The step's workload at ``gpus``: exposed input depends on the devices per node."""
+        if self.io_at is None:
+            return self.work
+        g = min(self.cluster.gpus_per_node, gpus)
+        return dataclasses.replace(self.work, io_s=self.io_at(g))
+
     def predict(self, gpus: int) -> StepPrediction:
-        return predict_step(self.work, self.setup(gpus), self.params)
+        return predict_step(self.workload(gpus), self.setup(gpus), self.params)
 
 
 def make_row(gpus: int, arch: str, pred: StepPrediction, batch: int, base_step: float,
@@ -188,14 +197,15 @@ def sweep_architecture(work: StepWorkload, cluster: Cluster, params: ModelParams
                        architecture: str, counts: Sequence[int], batch_size: int,
                        network_Bps: float | None = None, network: str | None = None,
                        target_efficiency: float = 0.8,
-                       derive_overlap: bool = False) -> list[SweepRow]:
+                       derive_overlap: bool = False,
+                       io_at: Callable[[int], float] | None = None) -> list[SweepRow]:
     """Rows for ``counts`` devices in one architecture (the sweep the plan writes).
 
     ``batch_size`` is the samples one device contributes per exchange (b x accumulation).
     """
     sw = Sweeper(work, cluster, params, architecture, network_Bps, target_efficiency,
-                 derive_overlap)
-    base = predict_step(work, StepSetup(architecture), params).step_s
+                 derive_overlap, io_at)
+    base = predict_step(sw.workload(1), StepSetup(architecture), params).step_s
     label = network or cluster.network_label()
     return [make_row(g, architecture, sw.predict(g), batch_size, base, cluster, label)
             for g in counts]
