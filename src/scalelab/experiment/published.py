@@ -30,6 +30,7 @@ from pathlib import Path
 
 from scalelab import hardware
 from scalelab.plan import Cluster, PlanOptions, plan, workload_from_dict
+from scalelab.theory.units import Bps_to_gbps
 
 EXCHANGES = ("ps-host-cpu", "ps-gpu", "allreduce-nccl", "replicated-gpu-copies")
 
@@ -83,7 +84,7 @@ def node_cluster(series: dict, gpus: int) -> Cluster:
         # a server on every GPU; the GPUs exchange over the device link
         link = hardware.link(intra)
         return Cluster(nodes=gpus, gpus_per_node=1, device=dev.name, architecture="ps",
-                       ps_placement="colocated", network_gbps=link.bandwidth_Bps * 8 / 1e9,
+                       ps_placement="colocated", network_gbps=Bps_to_gbps(link.bandwidth_Bps),
                        host_link=intra)
     if exchange == "ps-host-cpu":
         return Cluster(nodes=1, gpus_per_node=gpus, device=dev.name, intra_node=intra,

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from scalelab.errors import UsageError
+from scalelab.theory.units import gbps_to_Bps
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
@@ -75,11 +76,11 @@ class Network:
 
     @property
     def nominal_Bps(self) -> float:
-        return self.gbps * 1e9 / 8
+        return gbps_to_Bps(self.gbps)
 
     @property
     def payload_Bps(self) -> float:
-        return self.payload_gbps * 1e9 / 8
+        return gbps_to_Bps(self.payload_gbps)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "gbps": self.gbps, "payload_gbps": self.payload_gbps,
