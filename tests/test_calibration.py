@@ -162,14 +162,17 @@ RICH = [("ps", 2, 1, 25e6, 0.05), ("ps", 2, 2, 25e6, 0.05), ("ps", 4, 1, 25e6, 0
 
 def test_calibration_recovers_every_true_parameter_within_5_percent():
     cal = calibration.calibrate(_observations(FIVE, RICH))
-    assert cal.model == "calibrated"
     for p in cal.fit.parameters:
         assert p.fitted, p
         assert p.value == pytest.approx(getattr(FIVE, p.name), rel=0.05), p
         assert 0 < p.std < 0.05 * getattr(FIVE, p.name)
-    assert cal.params == cal.fit.params
+    assert cal.fit.after["max_abs_error"] < 0.01 < 0.1 < cal.fit.before["max_abs_error"]
+    # held out, the fits of the folds (fewer cases, fewer parameters) are far better in the
+    # median; the decision also asks that no held-out case gets worse than uncalibrated
     cv = cal.cross_validation
-    assert cv.calibrated.median_abs_error < cv.uncalibrated.median_abs_error
+    assert cv.folds == 5
+    assert cv.calibrated.median_abs_error < 0.25 * cv.uncalibrated.median_abs_error
+    assert (cal.model == "calibrated") == cv.calibration_helps
     assert cal.band.low <= 1.0 <= cal.band.high and cal.band.cases == len(RICH)
 
 

@@ -114,3 +114,33 @@ def test_recommended_is_measured_faster_on_a_communication_bound_network(capsys,
     page = html.read_text()
     assert "Naive against recommended" in page and "data:image/png;base64," in page
     assert json.loads(out.read_text())["schema"] == "scalelab.compare/1"
+
+
+def test_compared_steps_are_dataclasses_with_the_file_form():
+    import dataclasses
+
+    from scalelab.experiment.case import CaseInputs
+    from scalelab.experiment.compare import ComparedStep, Comparison, _with_speedups
+
+    inputs = CaseInputs("ps", 2, 1, "tensor", 1e6, (600000, 400000), 0.05, 1.2, 12.5e6, 1e-4,
+                        False)
+
+    def step(name, pred, meas):
+        return ComparedStep(name=name, applied={}, config={"batch_size": 16},
+                            predicted_samples_per_s=pred, measured_samples_per_s=meas,
+                            error=pred / meas - 1, predicted={}, measured={}, inputs=inputs)
+
+    steps = _with_speedups([step("baseline", 40.0, 50.0), step("recommended", 100.0, 80.0)])
+    assert [s.speedup for s in steps] == [1.0, 1.6]
+    assert [s.predicted_speedup for s in steps] == [1.0, 2.5]
+    d = steps[1].to_dict()
+    assert d["inputs"]["tensor_bytes"] == [600000, 400000] and d["speedup"] == 1.6
+    c = Comparison(model="m", workload={}, workers=2, rate=None, rate_bps=None, link={},
+                   environment={}, baseline={}, recommended={}, recommendation={}, profile={},
+                   contention=[], plan_compute_s=0.06, options={}, steps=steps, skipped=[],
+                   notes=[])
+    cd = json.loads(json.dumps(c.to_dict()))
+    assert [s["name"] for s in cd["steps"]] == ["baseline", "recommended"]
+    assert cd["plan_compute_s"] == 0.06
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.workers = 4

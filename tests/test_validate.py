@@ -179,7 +179,10 @@ def test_the_exchange_form_comes_from_the_run_configuration():
     from scalelab.workload import WorkloadSpec
 
     spec = WorkloadSpec("tests.toy_validate:tiny", input_shape=(12,), num_classes=4)
-    assert full_duplex_of(RunConfig(workload=spec, workers=2, ps=1).exchange_form)
+    # one message per shard (the default): a server answers once it has every worker's shard
+    assert not full_duplex_of(RunConfig(workload=spec, workers=2, ps=1).exchange_form)
+    assert full_duplex_of(RunConfig(workload=spec, workers=2, ps=1,
+                                    piece_bytes=4096).exchange_form)
     assert not full_duplex_of(RunConfig(workload=spec, workers=2,
                                         architecture="allreduce").exchange_form)
     # pipelined: both directions at once, one phase instead of push then pull

@@ -93,6 +93,9 @@ def summary_lines(validation: dict) -> list[str]:
                  f"max {validation['max_abs_error']:.1%} ({len(validation['cases'])} cases)")
     cal = validation.get("calibration")
     if cal:
+        if cal.get("model"):
+            lines.append(f"calibration: the {cal['model']} model"
+                         + (f" ({cal['reason']})" if cal.get("reason") else ""))
         b, a = cal["held_out_before"], cal["held_out_after"]
         if b["cases"]:
             lines.append(f"cases not used for fitting ({b['cases']}): median |error| "
@@ -100,6 +103,11 @@ def summary_lines(validation: dict) -> list[str]:
                          f"calibrated, max {b['max_abs_error']:.1%} -> {a['max_abs_error']:.1%}")
         else:
             lines.append("every case was used for fitting the calibration: no held-out error")
+        band = cal.get("band")
+        if band:
+            lines.append(f"band x{band['low']:.3f} .. x{band['high']:.3f} of the calibrated "
+                         f"prediction: {cal.get('inside_band', 0)} of "
+                         f"{len(validation['cases'])} measured steps inside")
     return lines
 
 

@@ -51,6 +51,8 @@ from scalelab.theory.band import ErrorBand, band_from_log_errors
 MIN_CASES = 3
 MAX_FOLDS = 5
 CALIBRATED, UNCALIBRATED = "calibrated", "uncalibrated"
+
+
 @dataclass(frozen=True)
 class CrossValidation:
     """Held-out errors of the uncalibrated and the calibrated model over k folds."""

@@ -9,13 +9,16 @@ uncalibrated value (the described cluster's, neutral by default) and bounds a ph
 would accept: a link delivers at most its rate, a LAN message takes under 50 ms, a server
 applies at least 10 MB/s.
 
-1. **Only what the cases constrain is fitted** (:func:`select`). At the prior, each case's
-   sensitivity ``d log T / d(theta / range)`` is taken by finite differences over a quarter
-   of the range. A parameter is fitted when at least two cases are sensitive to it
-   (``>= 0.1``: moving it over its range moves their step by 10% or more), when its column
-   of sensitivities is not (within 30% of its norm) a combination of those already chosen
-   (otherwise the cases cannot tell it from them), and while fewer parameters than cases
-   are chosen. The others keep their prior, and the file says why.
+1. **Only what the cases constrain is fitted** (:func:`select`, in :data:`PARAMS` order:
+   the link's efficiency and the overlap first, the measured compute's correction later).
+   Each case's sensitivity to a parameter is the change of ``log T`` when the parameter goes
+   from one bound to the other, the others at their prior (a secant, so that a parameter
+   hidden at the prior by a ``max`` in the model, such as full overlap, is still seen). A
+   parameter is fitted when at least two cases are sensitive to it (``>= 0.1``: over its
+   range their step moves by 10% or more), when its column of sensitivities is not (within
+   30% of its norm) a combination of those already chosen (otherwise the cases cannot tell
+   it from them), and while there are two cases or more per fitted parameter. The others
+   keep their prior, and the file says why.
 2. **Fit**: minimise ``sum (log T_pred/T_meas)^2 / 0.05^2 + sum ((u - u_0)/0.5)^2`` over
    the chosen parameters, ``u`` each parameter as a fraction of its range (a measurement
    noise of 5% on a median step; a prior as wide as half the range), by bounded
@@ -38,11 +41,11 @@ from scalelab.experiment.case import predict_case, summarize_errors
 from scalelab.experiment.observations import Observation
 from scalelab.plan.step import ModelParams
 
-PARAMS = ("compute_scale", "bandwidth_efficiency", "overlap", "latency_s", "apply_s_per_byte")
+PARAMS = ("bandwidth_efficiency", "overlap", "compute_scale", "latency_s", "apply_s_per_byte")
 BOUNDS: dict[str, tuple[float, float]] = {
-    "compute_scale": (0.25, 4.0),
     "bandwidth_efficiency": (0.05, 1.0),
     "overlap": (0.0, 1.0),
+    "compute_scale": (0.25, 4.0),
     "latency_s": (0.0, 0.05),
     "apply_s_per_byte": (0.0, 1e-7),
 }
@@ -81,9 +84,10 @@ def _at(prior: ModelParams, us: dict[str, float]) -> ModelParams:
 
 
 def _column(observations, prior: ModelParams, name: str, h: float) -> list[float]:
-    """d log T / d u for every case, by differences over ``h`` of the range (inside bounds)."""
+    """d log T / d u for every case, by differences over ``h`` of the range (inside bounds;
+    ``h = 1``: from one bound to the other)."""
     u0 = _u(name, getattr(prior, name))
-    up, dn = min(1.0, u0 + h), max(0.0, u0 - h)
+    up, dn = (1.0, 0.0) if h >= 1 else (min(1.0, u0 + h), max(0.0, u0 - h))
     hi = log_errors(observations, _at(prior, {name: up}))
     lo = log_errors(observations, _at(prior, {name: dn}))
     return [(a - b) / (up - dn) for a, b in zip(hi, lo)]
@@ -101,14 +105,15 @@ def select(observations: list[Observation], prior: ModelParams,
     why: dict[str, str] = {}
     n = len(observations)
     for name in [p for p in PARAMS if p in candidates]:
-        col = _column(observations, prior, name, 0.25)
+        col = _column(observations, prior, name, 1.0)
         strong = sum(abs(v) >= SENSITIVITY for v in col)
         if strong < MIN_SENSITIVE_CASES:
             why[name] = (f"kept its prior: {strong} case(s) sensitive to it, "
                          f"{MIN_SENSITIVE_CASES} needed")
             continue
-        if len(chosen) + 1 >= n:
-            why[name] = f"kept its prior: {n} cases constrain at most {max(0, n - 1)} parameters"
+        if 2 * (len(chosen) + 1) > n:
+            why[name] = (f"kept its prior: {n} cases constrain at most {n // 2} parameters "
+                         "(two cases each)")
             continue
         rest = list(col)
         for b in basis:

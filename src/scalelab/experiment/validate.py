@@ -204,13 +204,18 @@ class ValidationCase:
     calibrated_step_s: float | None = None
     calibrated_error: float | None = None
     used_for_fitting: bool | None = None
+    calibrated_band_s: tuple[float, float] | None = None
+    """The calibration's band around ``calibrated_step_s``, seconds."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["inputs"] = self.inputs.to_dict()
-        for k in ("calibrated_step_s", "calibrated_error", "used_for_fitting"):
+        for k in ("calibrated_step_s", "calibrated_error", "used_for_fitting",
+                  "calibrated_band_s"):
             if d[k] is None:
                 del d[k]
+        if self.calibrated_band_s is not None:
+            d["calibrated_band_s"] = list(self.calibrated_band_s)
         return d
 
 
@@ -280,7 +285,9 @@ def _one_case(spec, config, options, meas: Measurements, info, calibration,
         cal_step = predict_case(inputs, calibration.params).step_s
         cal = {"calibrated_step_s": cal_step,
                "calibrated_error": relative_error(cal_step, got["step_s"]),
-               "used_for_fitting": config_key(config) in fitted}
+               "used_for_fitting": config_key(config) in fitted,
+               "calibrated_band_s": calibration.band.time_s(cal_step) if calibration.band
+               else None}
     return ValidationCase(
         config=config, predicted_step_s=pred.step_s, measured_step_s=got["step_s"],
         error=relative_error(pred.step_s, got["step_s"]), predicted_compute_s=pred.compute_s,
@@ -345,9 +352,14 @@ def summarize(spec: WorkloadSpec, cases: list[ValidationCase], meas: Measurement
         summary = {
             "params": calibration.params.to_dict(),
             "model": calibration.model,
+            "reason": calibration.reason,
+            "band": calibration.band.to_dict() if calibration.band else None,
             "held_out_before": error_summary(held),
             "held_out_after": error_summary(held, "calibrated_error"),
             "all_after": error_summary(rows, "calibrated_error"),
+            "inside_band": sum(c["calibrated_band_s"][0] <= c["measured_step_s"]
+                               <= c["calibrated_band_s"][1]
+                               for c in rows if c.get("calibrated_band_s")),
         }
     return Validation(
         workload=spec.to_dict(), cases=tuple(cases),
