@@ -148,7 +148,7 @@ def main(argv=None) -> int:
     for w, p in pairs:
         cfg = RunConfig(workload=spec, workers=w, ps=p, batch_size=1, steps=args.steps,
                         warmup_steps=3, piece_bytes=args.piece_size, timeout_s=120,
-                        threads=args.threads, emulate_network=args.rate)
+                        threads=args.threads, emulate_network=args.rate, device="cpu")
         best = None
         for _ in range(args.repeat):  # best of R: other load on the host only adds time
             run = run_training(cfg)
@@ -190,7 +190,8 @@ def main(argv=None) -> int:
               "network": args.rate or "loopback", "threads": args.threads,
               "link_bandwidth_Bps": {str(p): bw for p, bw in bws.items()},
               "piece_bytes": args.piece_size, "rows": rows, "worst_ratio_half": worst,
-              "goal_met": goal, "load_average": [load_before, load_after]}
+              "goal_met": goal, "load_average": [load_before, load_after],
+              "runner_form": cfg.exchange_form}
     write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     print(f"-> {args.out}")
     return 0

@@ -30,6 +30,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--piece-size", type=int, default=4 * 2**20)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where workers train (default cpu: the loopback figures)")
     ap.add_argument("--out", default="bench-out/ps_vs_ddp.json")
     args = ap.parse_args(argv)
     spec = WorkloadSpec(args.model, input_shape=args.input_shape, num_classes=args.num_classes)
@@ -39,7 +41,7 @@ def main(argv=None) -> int:
           f"{'PS compute ms':>14} {'PS exchange ms':>15}")
     for w in [int(v) for v in args.workers.split(",")]:
         common = dict(workload=spec, workers=w, batch_size=args.batch_size, steps=args.steps,
-                      warmup_steps=3, timeout_s=300)
+                      warmup_steps=3, timeout_s=300, device=args.device)
         ddp = run_training(RunConfig(architecture="allreduce", **common))
         ps = run_training(RunConfig(architecture="ps", colocate=True,
                                     piece_bytes=args.piece_size, **common))
@@ -59,7 +61,8 @@ def main(argv=None) -> int:
           f"{'met' if worst <= 1.2 else 'not met'})")
     result = {"benchmark": "ps_vs_ddp", "torch": torch.__version__, "cpus": os.cpu_count(),
               "model": args.model, "input_shape": args.input_shape,
-              "batch_size": args.batch_size, "rows": rows, "worst_ratio": worst,
+              "batch_size": args.batch_size, "device": args.device, "rows": rows,
+              "worst_ratio": worst,
               "goal_met": worst <= 1.2}
     write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     print(f"-> {args.out}")

@@ -73,10 +73,11 @@ def test_config_errors_are_usage_errors():
 
 def test_exchange_form_is_stated_once_per_architecture_and_mode():
     from scalelab.runner.config import ALLREDUCE_EXCHANGE, ASYNC_EXCHANGE
-    from scalelab.theory.comm import PIPELINED
+    from scalelab.theory.comm import PIPELINED, PUSH_THEN_PULL
 
     spec = SPEC
-    assert RunConfig(workload=spec, workers=2, ps=1).exchange_form == PIPELINED
+    assert RunConfig(workload=spec, workers=2, ps=1).exchange_form == PUSH_THEN_PULL
+    assert RunConfig(workload=spec, workers=2, ps=1, piece_bytes=4096).exchange_form == PIPELINED
     assert RunConfig(workload=spec, workers=2, ps=1, mode="async").exchange_form == ASYNC_EXCHANGE
     ar = RunConfig(workload=spec, workers=2, architecture="allreduce")
     assert ar.exchange_form == ALLREDUCE_EXCHANGE

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from scalelab.runner.partition import make_layout
-from scalelab.runner.ps import _pack, _unpack
+from scalelab.runner.stage import pack as _pack
+from scalelab.runner.stage import unpack as _unpack
 from scalelab.runner.timers import StepTimer, maybe_phase, summarize
 from scalelab.theory.sharding import greedy_whole_tensor
 

@@ -5,7 +5,7 @@ process at batch W*b would differ by construction.
 
 ``faulty`` misbehaves on purpose when ``TOY_FAIL=RANK:STEP:ACTION`` names this process's rank
 (ACTION ``raise``, ``kill`` (SIGKILL itself) or ``hang``); with ``TOY_PID_DIR`` set every
-process that builds it records its pid there, so tests can check none is left behind.
+rank process that builds it records its pid there, so tests can check none is left behind.
 """
 
 import os
@@ -46,7 +46,7 @@ class _Faulty(nn.Module):
         self.body = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, num_classes))
         self.calls = 0
         pid_dir = os.environ.get("TOY_PID_DIR")
-        if pid_dir:
+        if pid_dir and "RANK" in os.environ:  # ranks only, not the CLI checking the model
             with open(os.path.join(pid_dir, f"{os.getpid()}.pid"), "w") as f:
                 f.write(str(os.getpid()))
         rank, step, self.action = (os.environ.get("TOY_FAIL", "::").split(":") + [""])[:3]

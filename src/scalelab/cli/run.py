@@ -12,6 +12,7 @@ EPILOG = """examples:
   scalelab run resnet18 --input-shape 3,64,64 --num-classes 10 --workers 2 --ps 1 --steps 20
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --ps 2 --mode async
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
+  scalelab run resnet50 --workers 1 --ps 1 --batch-size 32 --device cuda
   scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --data imgs --loader-workers 3
   scalelab run resnet18 --workers 2 --ps 1 --checkpoint-dir ckpt --checkpoint-every 10 --resume
@@ -60,6 +61,11 @@ def register(subparsers) -> None:
     p.add_argument("--loader-workers", type=int, default=2, metavar="L",
                    help="with --data: loader processes per worker decoding ahead of the "
                    "step (0: decode in the training process; default 2)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where workers train (default: cuda when torch sees a GPU). On cuda "
+                   "all-reduce runs NCCL with one GPU per rank; parameter-server workers "
+                   "take GPU k mod count and exchange through pinned host memory with "
+                   "servers on the CPU over Gloo")
     p.add_argument("--launcher", choices=["local", "torchrun"], default="local")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch threads per worker (default: cores / workers)")
@@ -81,7 +87,7 @@ def config_from_args(args):
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, seed=args.seed, data=args.data,
         loader_workers=args.loader_workers, launcher=args.launcher,
-        threads=args.threads)
+        threads=args.threads, device=args.device)
 
 
 def _fmt(v, scale=1e3, unit="ms"):

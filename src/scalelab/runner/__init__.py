@@ -39,6 +39,18 @@ def _precheck_checkpoints(cfg: RunConfig) -> None:
     checkpoint.check_directory(cfg.checkpoint_dir, checkpoint.identity(cfg, model))
 
 
+def _precheck_devices(cfg: RunConfig) -> None:
+    """Refuse a placement no rank could take before any process starts."""
+    from scalelab.runner.devices import check_local
+
+    count = 0
+    if cfg.device == "cuda":
+        import torch
+
+        count = torch.cuda.device_count()
+    check_local(cfg, count)
+
+
 def _open_network(cfg: RunConfig, stack: ExitStack):
     try:
         from scalelab import netem
@@ -73,6 +85,7 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
     from scalelab.runner.launch import Job, RankSpec, cpu_count
 
     _precheck_checkpoints(cfg)
+    _precheck_devices(cfg)
     if cfg.data not in (None, "", "synthetic") and not Path(cfg.data).is_dir():
         raise UsageError(f"--data {cfg.data}: not a folder")
     workdir = Path(tempfile.mkdtemp(prefix="scalelab-run-"))
@@ -117,7 +130,7 @@ def _run_torchrun(cfg: RunConfig, ranks_path) -> dict:
 
     if cfg.emulate_network:
         raise UsageError("--emulate-network needs --launcher local")
-    rank, world_size, _ = env_rank()
+    rank, world_size, local_rank = env_rank()
     if not cfg.threads and "SCALELAB_THREADS" not in os.environ:
         from scalelab.runner.launch import cpu_count
 
@@ -125,7 +138,7 @@ def _run_torchrun(cfg: RunConfig, ranks_path) -> dict:
         os.environ["SCALELAB_THREADS"] = str(max(1, cpu_count() // max(1, local)))
     workdir = Path(tempfile.mkdtemp(prefix=f"scalelab-rank{rank}-"))
     try:
-        result = run_rank(cfg, rank, world_size, workdir)
+        result = run_rank(cfg, rank, world_size, workdir, local_rank)
         if ranks_path:
             from scalelab.results import write_text_atomic
 

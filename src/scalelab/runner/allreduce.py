@@ -3,6 +3,12 @@
 DDP averages gradients with bucketed all-reduce launched from backward hooks, so the
 exchange overlaps backward and finishes inside ``loss.backward()``: ``compute_s`` here is
 forward + backward + the exposed part of the all-reduce, ``apply_s`` the optimizer step.
+
+On the CPU the process group is Gloo and DDP wraps the CPU module, as always. On a GPU the
+model and every batch live on the rank's device, the process group is NCCL (initialised
+with ``device_id`` by :mod:`scalelab.runner.entry`) and DDP gets ``device_ids=[index]``.
+The GPU branch has not run on a GPU in this project's CPU tests (a ``gpu``-marked test
+covers it where CUDA is present).
 """
 
 from __future__ import annotations
@@ -17,10 +23,15 @@ from scalelab.workload import logits_of
 
 
 class DDPWorker:
-    def __init__(self, cfg, index: int, model, shards, identity: dict):
+    def __init__(self, cfg, index: int, model, shards, identity: dict,
+                 device: torch.device | str = "cpu"):
         self.cfg, self.k, self.shards, self.identity = cfg, index, shards, identity
-        self.module = model
-        self.ddp = DistributedDataParallel(model)
+        self.device = torch.device(device)
+        self.module = model.to(self.device)
+        if self.device.type == "cuda":
+            self.ddp = DistributedDataParallel(self.module, device_ids=[self.device.index])
+        else:
+            self.ddp = DistributedDataParallel(self.module)
         self.opt = cfg.workload.make_optimizer(self.ddp.parameters())
         self.loss_fn = cfg.workload.loss_fn()
         params = [p for p in model.parameters() if p.requires_grad]
@@ -52,6 +63,8 @@ class DDPWorker:
     def step(self, step: int, timer: StepTimer | None) -> dict:
         with maybe_phase(timer, "data_s"):
             x, y = self.shards.shard(step, self.k)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad(set_to_none=True)
         with maybe_phase(timer, "compute_s"):
             loss = self.loss_fn(logits_of(self.ddp(x)), y)

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from scalelab.errors import UsageError
-from scalelab.theory.comm import PIPELINED
+from scalelab.runner.devices import check_device, default_device
+from scalelab.theory.comm import PIPELINED, PUSH_THEN_PULL
 from scalelab.workload import WorkloadSpec
 
 ARCHITECTURES = ("ps", "allreduce")
@@ -53,6 +54,9 @@ class RunConfig:
     loader_workers: int = 2
     launcher: str = "local"
     threads: int | None = None
+    device: str | None = None  # "cpu" or "cuda"; None: cuda when torch sees a GPU, else cpu
+    stage_host: bool | None = None  # PS workers stage the exchange through host buffers;
+    # None: when the device is cuda (True on the CPU runs the same staging code, for tests)
     final_params_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -112,23 +116,35 @@ class RunConfig:
             raise UsageError(f"--loader-workers must be >= 0, got {self.loader_workers}")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be >= 1, got {self.threads}")
+        object.__setattr__(self, "device", check_device(self.device or default_device()))
+        if self.stage_host is None:
+            object.__setattr__(self, "stage_host", self.device == "cuda")
+        if self.device == "cuda" and not self.stage_host and self.architecture == "ps":
+            raise UsageError("parameter-server workers on cuda send over Gloo from host "
+                             "memory: stage_host cannot be False with --device cuda")
 
     @property
     def exchange_form(self) -> str:
         """The one statement of which exchange form this run's runner has.
 
-        - synchronous parameter server: ``theory.comm.PIPELINED``, the full-duplex pipelined
-          form of :func:`scalelab.theory.comm.ps_pipelined_s`
+        - synchronous parameter server cut into pieces (``piece_bytes``):
+          ``theory.comm.PIPELINED``, the full-duplex pipelined form of
+          :func:`scalelab.theory.comm.ps_pipelined_s`
           (``max(S_p / B_w, S_p N_w / (N_ps B_ps))``): a worker pushes each piece the moment
           backward has produced it and pulls it back as soon as its server has applied it,
           so pushes and pulls cross every link in opposite directions at once
           (:mod:`scalelab.runner.ps`).
+        - synchronous parameter server without ``piece_bytes`` (the default): every shard is
+          one piece, which a server answers only once it has it from every worker, so each
+          server's exchange is ``theory.comm.PUSH_THEN_PULL`` (all pushes, then all pulls).
         - asynchronous parameter server: :data:`ASYNC_EXCHANGE`.
         - all-reduce: :data:`ALLREDUCE_EXCHANGE` (:func:`scalelab.theory.comm.ring_allreduce_s`).
         """
         if self.architecture == "allreduce":
             return ALLREDUCE_EXCHANGE
-        return ASYNC_EXCHANGE if self.mode == "async" else PIPELINED
+        if self.mode == "async":
+            return ASYNC_EXCHANGE
+        return PIPELINED if self.piece_bytes else PUSH_THEN_PULL
 
     # -- ranks and roles --------------------------------------------------------------
     @property

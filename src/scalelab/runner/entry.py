@@ -1,11 +1,13 @@
 """The per-process entry point: ``python -m scalelab.runner.entry CONFIG.json``.
 
 Reads torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT),
-joins the Gloo job, plays its role (parameter-server worker or server, or DDP worker),
-streams one JSON line per step to ``<workdir>/rank-<r>.jsonl`` and, on rank 0, writes the
-assembled run to ``<workdir>/result.json``. A failure is written to
-``<workdir>/error-<r>.json`` (one line: what failed and where) and the exit code is 2 for
-bad input, 1 otherwise.
+takes its device from :func:`scalelab.runner.devices.for_rank` (a worker's GPU from its
+position on the host; ``torch.cuda.set_device``), joins the job (Gloo, or NCCL initialised
+with ``device_id`` for all-reduce on GPUs), plays its role (parameter-server worker or
+server, or DDP worker), streams one JSON line per step to ``<workdir>/rank-<r>.jsonl``
+and, on rank 0, writes the assembled run to ``<workdir>/result.json``. A failure is written
+to ``<workdir>/error-<r>.json`` (one line: what failed and where) and the exit code is 2
+for bad input, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from scalelab.errors import RunFailure, UsageError
-from scalelab.runner import checkpoint, report
+from scalelab.runner import checkpoint, devices, report
 from scalelab.runner.comm import CommError
 from scalelab.runner.config import RunConfig
 from scalelab.runner.loader import open_shards
@@ -74,8 +76,13 @@ def _resume_step(cfg: RunConfig, role: str, k: int) -> int:
     return max(common, default=0)
 
 
-def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None) -> dict | None:
-    """Play ``rank``'s part in the job; rank 0 returns the assembled run (run.json content)."""
+def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
+             local_rank: int | None = None) -> dict | None:
+    """Play ``rank``'s part in the job; rank 0 returns the assembled run (run.json content).
+
+    ``local_rank``: the rank's position on its host (torchrun's LOCAL_RANK; the local
+    launcher's ranks all share one host, LOCAL_RANK = RANK), which picks its GPU.
+    """
     if world_size != cfg.world_size:
         roles = (f"{cfg.workers} workers + {cfg.ps} servers" if cfg.architecture == "ps"
                  else f"{cfg.workers} workers")
@@ -87,21 +94,30 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None) -
         threads = 1
     if threads:
         torch.set_num_threads(threads)
+    place = devices.for_rank(cfg, rank, rank if local_rank is None else local_rank,
+                             torch.cuda.device_count() if cfg.device == "cuda" else 0)
+    init = {}
+    if place.is_cuda:
+        torch.cuda.set_device(place.cuda_index)
+        if place.backend == "nccl":
+            init["device_id"] = torch.device(place.device)
     t_start = time.perf_counter()
-    dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=cfg.timeout_s))
+    dist.init_process_group(place.backend, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=cfg.timeout_s), **init)
     log = RankLog(workdir / f"rank-{rank}.jsonl" if workdir else None,
                   {"rank": rank, "role": role, "index": k})
     try:
         spec = cfg.workload
         model = spec.build_model(seed=cfg.seed)
         model.train()
+        if role == "worker":
+            model.to(place.device)
         ident = checkpoint.identity(cfg, model)
         summary: dict = {}
         if cfg.architecture == "allreduce":
-            summary = _run_ddp(cfg, k, model, ident, log)
+            summary = _run_ddp(cfg, k, model, ident, log, place)
         else:
-            summary = _run_ps(cfg, role, k, model, ident, log)
+            summary = _run_ps(cfg, role, k, model, ident, log, place)
         gathered = [None] * world_size
         dist.gather_object({"rank": rank, "role": role, "index": k, "records": log.records,
                             "summary": summary}, gathered if rank == 0 else None, dst=0)
@@ -119,20 +135,22 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None) -
         dist.destroy_process_group()
 
 
-def _steps(cfg, start: int, body, log):
+def _steps(cfg, start: int, body, log, place=None):
+    # on a GPU every clock read waits for the device, so phases end when their kernels do
+    sync = torch.cuda.synchronize if place is not None and place.is_cuda else None
     for step in range(start, cfg.steps):
-        timer = StepTimer()
+        timer = StepTimer(sync=sync)
         timer.start_step()
         extra = body(step, timer)
         rec = timer.end_step()
         log.step({**rec, **extra, "step": step, "of": cfg.steps})
 
 
-def _run_ddp(cfg, k, model, ident, log) -> dict:
+def _run_ddp(cfg, k, model, ident, log, place) -> dict:
     from scalelab.runner.allreduce import DDPWorker
 
-    with open_shards(cfg, k) as shards:
-        w = DDPWorker(cfg, k, model, shards, ident)
+    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+        w = DDPWorker(cfg, k, model, shards, ident, place.device)
         start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
 
         def body(step, timer):
@@ -142,7 +160,7 @@ def _run_ddp(cfg, k, model, ident, log) -> dict:
                 w.save(step + 1)
             return out
 
-        _steps(cfg, start, body, log)
+        _steps(cfg, start, body, log, place)
     summary = {"resumed_from_step": start, "param_bytes": w.param_bytes}
     if k == 0:
         summary["final_param_checksum"] = checksum(w.params)
@@ -157,11 +175,11 @@ def _save_params(cfg, model) -> None:
         from scalelab.results import write_text_atomic
 
         buf = io.BytesIO()
-        torch.save({n: p.detach().clone() for n, p in model.named_parameters()}, buf)
+        torch.save({n: p.detach().cpu().clone() for n, p in model.named_parameters()}, buf)
         write_text_atomic(cfg.final_params_path, buf.getvalue())
 
 
-def _run_ps(cfg, role, k, model, ident, log) -> dict:
+def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
     from scalelab.runner import ps
 
     params = ps.trainable(model)
@@ -190,10 +208,10 @@ def _run_ps(cfg, role, k, model, ident, log) -> dict:
 
         _steps(cfg, start, body, log)
         return {"shard_bytes": server.shard_bytes}
-    with open_shards(cfg, k) as shards:
-        worker = ps.Worker(cfg, k, model, layout, shards, log)
+    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+        worker = ps.Worker(cfg, k, model, layout, shards, log, place.device)
         worker.initial_pull()
-        _steps(cfg, start, worker.step, log)
+        _steps(cfg, start, worker.step, log, place)
     if cfg.mode == "async":
         worker.final_pull()
     worker.close()
@@ -213,7 +231,7 @@ def classify(exc: BaseException) -> str:
         return "comm"
     text = str(exc).lower()
     if isinstance(exc, RuntimeError) and any(
-            w in text for w in ("gloo", "connection", "timed out", "socket", "peer")):
+            w in text for w in ("gloo", "nccl", "connection", "timed out", "socket", "peer")):
         return "comm"
     return "local"
 
@@ -235,8 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     rank = int(os.environ.get("RANK", "-1"))
     try:
         cfg = RunConfig.from_dict(json.loads(config_path.read_text()))
-        rank, world_size, _ = env_rank()
-        run_rank(cfg, rank, world_size, workdir)
+        rank, world_size, local_rank = env_rank()
+        run_rank(cfg, rank, world_size, workdir, local_rank)
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure becomes one line
         kind = classify(e) if not isinstance(e, KeyboardInterrupt) else "local"

@@ -9,7 +9,17 @@ Exchanges with different servers run concurrently.
 Per server: it waits for piece i from every worker, sums in worker order (deterministic),
 divides by W, applies its own optimizer to the piece (it owns the momentum/Adam state) and
 sends the fresh piece to every worker at once, while later pieces are still arriving.
-This is the full-duplex, pipelined form of the exchange.
+With shards cut into pieces (``piece_bytes``) this is the full-duplex, pipelined form of
+the exchange; with one piece per shard each server receives everything before it answers
+(push then pull). ``RunConfig.exchange_form`` is the one statement of which holds.
+
+Devices: servers always run on the CPU and every message goes over Gloo. Workers on a GPU
+stage each piece through pinned host buffers (copy device->host after the gradient hook,
+send once the copy's CUDA event is done; copy pulled pieces back to the device before the
+next forward): :mod:`scalelab.runner.stage` gives the design and why NCCL is not used here.
+The timers' phases mean the same on both devices (``push_s`` includes finishing the
+device->host copies, ``pull_s`` the host->device ones: the step timer synchronizes the
+device at every phase boundary).
 
 Asynchronous (``mode="async"``): one message per shard. The server receives a gradient from
 any worker, applies it as it arrives and answers that worker with the fresh shard. Staleness
@@ -26,6 +36,7 @@ from scalelab.runner import checkpoint
 from scalelab.runner.comm import irecv, isend, wait
 from scalelab.runner.config import RunConfig
 from scalelab.runner.partition import Layout
+from scalelab.runner.stage import Stager, pack
 from scalelab.runner.timers import StepTimer, maybe_phase
 from scalelab.workload import logits_of
 
@@ -37,32 +48,23 @@ def trainable(model) -> list[torch.Tensor]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _pack(piece, tensors, out: torch.Tensor) -> None:
-    for t, a, b, o in piece.copies:
-        out[o - piece.offset:o - piece.offset + (b - a)].copy_(tensors[t].reshape(-1)[a:b])
-
-
-def _unpack(piece, buf: torch.Tensor, params) -> None:
-    with torch.no_grad():
-        for t, a, b, o in piece.copies:
-            params[t].view(-1)[a:b].copy_(buf[o - piece.offset:o - piece.offset + (b - a)])
-
-
 class Worker:
-    def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, shards, log):
+    """A worker on ``device``; its messages go through a :class:`scalelab.runner.stage.Stager`."""
+
+    def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, shards, log,
+                 device: torch.device | str = "cpu"):
         self.cfg, self.k, self.model, self.layout = cfg, index, model, layout
         self.shards, self.log = shards, log
+        self.device = torch.device(device)
         self.params = trainable(model)
         self.loss_fn = cfg.workload.loss_fn()
-        self.grad_buf = {p.index: torch.empty(p.numel, dtype=self.params[0].dtype)
-                         for p in layout.pieces}
-        self.param_buf = {p.index: torch.empty(p.numel, dtype=self.params[0].dtype)
-                          for p in layout.pieces}
+        self.stager = Stager(layout.pieces, self.params[0].dtype, self.device, cfg.stage_host)
         self.by_tensor: dict[int, list] = {}
         for piece in layout.pieces:
             for t in piece.tensors:
                 self.by_tensor.setdefault(t, []).append(piece)
         self.pending: dict[int, int] = {}
+        self.staged: list = []  # (piece, host tensor, event) waiting for their copies
         self.sends: list = []
         self.pulls: list = []
         self.capturing = False
@@ -78,32 +80,33 @@ class Worker:
             for piece in self.by_tensor.get(t, ()):
                 self.pending[piece.index] -= 1
                 if self.pending[piece.index] == 0:
-                    self._send(piece)
+                    self._stage(piece)
+            self._send_ready(block=False)
         return hook
 
-    def _direct(self, piece, tensor: torch.Tensor) -> torch.Tensor | None:
-        """A zero-copy view for a piece that is one contiguous slice of one tensor."""
-        if len(piece.copies) != 1 or not tensor.is_contiguous():
-            return None
-        t, a, b, _ = piece.copies[0]
-        return tensor.view(-1)[a:b]
-
-    def _send(self, piece) -> None:
-        grad = self.params[piece.copies[0][0]].grad
-        buf = self._direct(piece, grad)
-        if buf is None:
-            buf = self.grad_buf[piece.index]
-            _pack(piece, [p.grad for p in self.params], buf)
-        server = self.cfg.server_rank(piece.server)
-        tag = TAG_ASYNC_GRAD if self.async_mode else piece.index
-        self.sends.append((piece, isend(buf, server, tag)))
-        # backward is done with these parameters: their fresh values may land in place
+    def _stage(self, piece) -> None:
+        buf, event = self.stager.outgoing(piece, self.params)
+        self.staged.append((piece, buf, event))
+        # backward is done with these parameters: their fresh values may land
         self.pulls.append(self._post_pull(piece, piece.index))
 
+    def _send_ready(self, block: bool) -> None:
+        """isend the staged pieces whose copies are done, in staging order."""
+        tag = TAG_ASYNC_GRAD if self.async_mode else None
+        while self.staged:
+            piece, buf, event = self.staged[0]
+            if event is not None:
+                if block:
+                    event.synchronize()
+                elif not event.query():
+                    return
+            self.staged.pop(0)
+            server = self.cfg.server_rank(piece.server)
+            self.sends.append((piece, isend(buf, server, piece.index if tag is None else tag)))
+
     def _post_pull(self, piece, tag: int):
-        target = self._direct(piece, self.params[piece.copies[0][0]].data)
-        buf = self.param_buf[piece.index] if target is None else target
-        return piece, irecv(buf, self.cfg.server_rank(piece.server), tag), target is None
+        buf, buffered = self.stager.incoming(piece, self.params)
+        return piece, irecv(buf, self.cfg.server_rank(piece.server), tag), buffered
 
     def _post_pulls(self, tag_of):
         return [self._post_pull(piece, tag_of(piece)) for piece in self.layout.pieces]
@@ -114,7 +117,8 @@ class Worker:
                  f"{what} piece {piece.index} from server {piece.server} "
                  f"(rank {self.cfg.server_rank(piece.server)})")
             if buffered:
-                _unpack(piece, self.param_buf[piece.index], self.params)
+                self.stager.land(piece, self.params)
+        self.stager.landed()
 
     def initial_pull(self) -> None:
         self._finish_pulls(self._post_pulls(lambda p: p.index), "initial parameters")
@@ -123,8 +127,11 @@ class Worker:
         cfg = self.cfg
         with maybe_phase(timer, "data_s"):
             x, y = self.shards.shard(step, self.k)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+        self.stager.begin_step()
         self.pending = {p.index: len(p.tensors) for p in self.layout.pieces}
-        self.sends, self.pulls = [], []
+        self.staged, self.sends, self.pulls = [], [], []
         self.model.zero_grad(set_to_none=True)
         self.capturing = True
         try:
@@ -140,13 +147,15 @@ class Worker:
                 "every parameter must be used in the loss"
             )
         with maybe_phase(timer, "push_s"):
+            self._send_ready(block=True)
             for piece, work in self.sends:
                 wait(work, cfg.timeout_s, f"the push of piece {piece.index} to server "
                      f"{piece.server} (rank {cfg.server_rank(piece.server)})")
         with maybe_phase(timer, "pull_s"):
             self._finish_pulls(self.pulls, "fresh parameters")
         nbytes = sum(p.numel for p in self.layout.pieces) * self.elem_bytes
-        return {"loss": float(loss.detach()), "bytes_sent": nbytes, "bytes_received": nbytes}
+        return {"loss": float(loss.detach()), "bytes_sent": nbytes, "bytes_received": nbytes,
+                **self.stager.step_bytes()}
 
     def final_pull(self) -> None:
         """Async only: the servers' final parameters after every worker's last update."""
@@ -166,7 +175,7 @@ class Server:
         self.values: dict[int, torch.Tensor] = {}
         for piece in self.pieces:
             buf = torch.empty(piece.numel, dtype=params[0].dtype)
-            _pack(piece, [p.detach() for p in params], buf)
+            pack(piece, [p.detach() for p in params], buf)
             self.values[piece.index] = torch.nn.Parameter(buf)
         self.opts = {i: cfg.workload.make_optimizer([v]) for i, v in self.values.items()}
         W = cfg.workers

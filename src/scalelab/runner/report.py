@@ -1,4 +1,9 @@
-"""Assemble ``run.json`` from the per-rank step records and summaries."""
+"""Assemble ``run.json`` from the per-rank step records and summaries.
+
+``bytes_per_step`` per role: ``bytes_sent``/``bytes_received`` (parameter server),
+``bytes_reduced`` (DDP) and, for workers that stage their exchange through host memory (on a
+GPU), ``bytes_staged_d2h``/``bytes_staged_h2d`` (bytes copied across the host link).
+"""
 
 from __future__ import annotations
 
@@ -42,7 +47,8 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         out = {"rank": r["rank"], "role": r["role"], "index": r["index"],
                "steps": len(r["records"]),
                **{p: (_phase(recs, p) or {}).get("median") for p in phases}}
-        for key in ("bytes_sent", "bytes_received", "bytes_reduced"):
+        for key in ("bytes_sent", "bytes_received", "bytes_reduced", "bytes_staged_d2h",
+                    "bytes_staged_h2d"):
             vals = [rec[key] for rec in recs if key in rec]
             if vals:
                 out[key + "_per_step"] = statistics.mean(vals)
@@ -56,7 +62,8 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         if not rows:
             return None
         keys = [k for k in ("bytes_sent_per_step", "bytes_received_per_step",
-                            "bytes_reduced_per_step") if k in rows[0]]
+                            "bytes_reduced_per_step", "bytes_staged_d2h_per_step",
+                            "bytes_staged_h2d_per_step") if k in rows[0]]
         return {k.removesuffix("_per_step"): statistics.mean(p.get(k, 0) for p in rows)
                 for k in keys}
 

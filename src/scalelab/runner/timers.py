@@ -5,6 +5,10 @@ A :class:`StepTimer` records, for each training step, how long each named phase 
 ``with maybe_phase(timer, "push_s"):``; with ``timer=None`` that is a shared no-op context
 (no clock read, no allocation), so instrumentation that is off costs nothing.
 
+On a GPU the runner gives the timer ``sync=torch.cuda.synchronize``: every clock read (each
+phase boundary) first waits for the device, so a phase ends when its kernels and copies do,
+not when they were queued.
+
 Every step also records ``cpu_s``: the CPU time the whole process (all its threads, the
 transport's included) used during the step. Beside ``step_s`` it tells whether a rank was
 busy or waiting, and summed over the ranks of one host, how many of its cores the job kept
