@@ -82,26 +82,3 @@ def test_hand_made_report_renders_in_chromium(tmp_path):
     assert main(["report", str(_profile(tmp_path)), "--out", str(out), "--quiet"]) == 0
     dom, shot = render_in_chromium(out, tmp_path)
     assert_page_complete(dom, shot, "Recommendation")
-
-
-@pytest.mark.browser
-@pytest.mark.dist
-@pytest.mark.skipif(CHROMIUM is None, reason="needs chromium")
-def test_report_of_a_real_small_run_renders_in_chromium(tmp_path, monkeypatch):
-    """Real files: a profile, plans for the example clusters and a 2-worker run."""
-    monkeypatch.setenv("SCALELAB_CACHE", str(tmp_path / "cache"))
-    from scalelab.advise import AdviseOptions, advise
-    from scalelab.profiler import ProfileOptions
-    from scalelab.workload import WorkloadSpec
-
-    spec = WorkloadSpec("tests.toy_profiler:small_cnn", input_shape=(3, 16, 16), num_classes=4)
-    result = advise(spec, AdviseOptions(out_dir=str(tmp_path / "out"), check=True,
-                                        check_steps=3,
-                                        profile=ProfileOptions(batch_sizes=[2, 4])))
-    assert result.run is not None and result.run["samples_per_s"] > 0
-    html = result.report.read_text()
-    assert html.count("data:image/png;base64,") >= 4
-    rec = result.plans[0]["recommendation"]
-    dom, shot = render_in_chromium(result.report, tmp_path)
-    assert_page_complete(dom, shot, "Recommendation")
-    assert f"{rec['gpus']}" in dom and rec["architecture"] in dom

@@ -267,24 +267,17 @@ def sweep_rows(plans: list[dict]) -> tuple[list[list[str]], list[str]]:
     return rows, header
 
 
-def _budget_drawn(profile: dict) -> bool:
-    """Whether the batch figure draws the memory budget (it does when the budget is within
-    4x the largest peak memory measured, so that the line does not flatten the curve)."""
-    mem = [r.get("peak_memory_bytes") or 0 for r in profile.get("batches", [])
-           if r.get("batch_size")]
-    budget = profile.get("memory_budget_bytes")
-    return bool(mem and budget and budget < 4 * max(mem))
-
-
 def batch_caption(profile: dict) -> str:
     """What the batch figure draws, and only that."""
+    from scalelab.report.figures._style import memory_budget_drawn
+
     fit = (profile.get("fit") or {}).get("step_s") or {}
     left = ["step time (each point the median of the timed steps after warm-up)"]
     if "intercept" in fit and "per_sample" in fit:
         left.append("its linear fit (dashed)")
     if any(r.get("samples_per_s") for r in profile.get("batches", [])):
         left.append("samples/s (dotted, right axis)")
-    right = "peak memory" + (" and the memory budget (dashed)" if _budget_drawn(profile)
+    right = "peak memory" + (" and the memory budget (dashed)" if memory_budget_drawn(profile)
                              else "")
     text = f"Left: {', '.join(left)}. Right: {right}."
     if profile.get("recommended_batch_size"):

@@ -43,6 +43,29 @@ def style(ax) -> None:
     ax.title.set_color("#111827")
 
 
+def legend_below(fig, axes, ncol: int = 4) -> None:
+    """One legend for ``axes`` (their labelled artists), under the axes and outside them, so
+    that it never covers data; ``png``'s tight bounding box keeps it in the picture."""
+    handles, labels = [], []
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    if handles:
+        fig.legend(handles, labels, fontsize=8, frameon=False, ncol=min(ncol, len(labels)),
+                   loc="upper center", bbox_to_anchor=(0.5, 0.0))
+
+
+def memory_budget_drawn(profile: dict) -> bool:
+    """Whether the batch figure draws the memory budget: when it lies within 4x the largest
+    peak memory measured (further up, the line would flatten the curve)."""
+    mem = [r.get("peak_memory_bytes") or 0 for r in profile.get("batches", [])
+           if r.get("batch_size")]
+    budget = profile.get("memory_budget_bytes")
+    return bool(mem and budget and budget < 4 * max(mem))
+
+
 def png(fig, tight: bool = True) -> bytes:
     """The figure as PNG bytes (110 dpi, white); closes it."""
     buf = io.BytesIO()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scalelab.report.figures._style import COLORS, PHASES, plt
+from scalelab.report.figures._style import COLORS, PHASES, legend_below, plt
 from scalelab.report.figures._style import median as _median
 from scalelab.report.figures._style import png as _png
 from scalelab.report.figures._style import style as _style
@@ -103,9 +103,9 @@ def validation(validations: list[dict]) -> bytes | None:
     ax.set_xlabel("predicted step time (ms)")
     ax.set_ylabel("measured step time (ms)")
     ax.set_title("Predicted against measured")
-    ax.legend(fontsize=8, frameon=False, loc="upper left")
     _style(ax)
     fig.tight_layout()
+    legend_below(fig, [ax], ncol=2)
     return _png(fig)
 
 
@@ -128,9 +128,9 @@ def compare(compares: list[dict]) -> bytes | None:
     ax.set_xticks(x, [s.get("name", "") for s in steps], rotation=15, fontsize=8)
     ax.set_ylabel("samples/s")
     ax.set_title("Naive against recommended, one recommendation at a time")
-    ax.legend(fontsize=8, frameon=False)
     _style(ax)
     fig.tight_layout()
+    legend_below(fig, [ax], ncol=2)
     return _png(fig)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from scalelab.report.figures._style import COLORS, plt
+from scalelab.report.figures._style import COLORS, legend_below, plt
 from scalelab.report.figures._style import png as _png
 from scalelab.report.figures._style import style as _style
 
@@ -58,8 +58,8 @@ def scaling(plans: list[dict], runs: list[dict], validations: list[dict]) -> byt
     ax2.set_ylim(0, 1.05)
     ax1.set_title("Predicted speedup")
     ax2.set_title("Predicted efficiency")
-    ax2.legend(fontsize=7, frameon=False, loc="lower left")
     fig.tight_layout()
+    legend_below(fig, [ax1, ax2], ncol=3)
     return _png(fig)
 
 

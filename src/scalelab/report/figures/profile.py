@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scalelab.report.figures._style import COLORS, plt
+from scalelab.report.figures._style import COLORS, legend_below, memory_budget_drawn, plt
 from scalelab.report.figures._style import png as _png
 from scalelab.report.figures._style import style as _style
 
@@ -27,6 +27,7 @@ def batch_scaling(profile: dict) -> bytes | None:
     ax1.set_ylabel("step time (ms)")
     ax1.set_title("Step time")
     sps = [r.get("samples_per_s") for r in rows]
+    ax1b = None
     if any(sps):
         ax1b = ax1.twinx()
         ax1b.plot(b, sps, "s:", color=COLORS["allreduce"], label="samples/s", alpha=0.8)
@@ -37,7 +38,7 @@ def batch_scaling(profile: dict) -> bytes | None:
     ax2.plot(b, [m / 2**20 if m else None for m in mem], "o-", color=COLORS["apply"],
              label="peak memory")
     budget = profile.get("memory_budget_bytes")
-    if budget and budget < 4 * max(m or 0 for m in mem):
+    if memory_budget_drawn(profile):
         ax2.axhline(budget / 2**20, color=COLORS["budget"], linestyle="--",
                     label="memory budget")
     ax2.set_xlabel("batch size (samples)")
@@ -51,8 +52,8 @@ def batch_scaling(profile: dict) -> bytes | None:
         if len(b) > 2 and max(b) / max(min(b), 1) >= 8:
             ax.set_xscale("log", base=2)
         _style(ax)
-        ax.legend(fontsize=8, frameon=False, loc="upper left")
     fig.tight_layout()
+    legend_below(fig, [ax1, *([ax1b] if ax1b is not None else []), ax2], ncol=6)
     return _png(fig)
 
 
