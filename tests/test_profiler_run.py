@@ -46,10 +46,14 @@ def test_profile_json_holds_every_contract_field(tmp_path):
     assert prof["algorithms"]["chosen"] in names
     assert prof["workload"]["param_count"] == sum(p.numel() for p in
                                                   CONV.build_model().parameters())
+    # Five timed steps per point unless asked otherwise, recorded with the profile.
+    assert prof["timed_steps"] == 5 and all(r["timed_steps"] == 5 for r in prof["batches"])
+    assert not any("timed step" in w for w in prof["warnings"])
+    assert isinstance(prof["machine_busy"], bool)
 
 
 def test_auto_search_stops_at_cap_and_reuses_trials():
-    prof = run_profile(MLP, ProfileOptions(max_batch=8, algorithms="none"))
+    prof = run_profile(MLP, ProfileOptions(max_batch=8, algorithms="none", steps=2))
     sizes = [r["batch_size"] for r in prof["batches"]]
     assert sizes[0] == 1 and all(b <= 8 for b in sizes)
     assert prof["max_batch_size"] == 8 and prof["max_batch_capped"]
@@ -131,10 +135,60 @@ def test_json_output(tmp_path, capsys):
     assert data["schema"] == "scalelab.profile/1" and data["batches"][0]["batch_size"] == 2
 
 
-@pytest.mark.gpu
-def test_profile_on_cuda():
-    prof = run_profile(CONV, ProfileOptions(device="cuda", batch_sizes=[2, 4]))
-    assert prof["environment"]["device"] == "cuda"
-    assert all(r["peak_memory_bytes"] > 0 for r in prof["batches"])
-    names = [c["name"] for c in prof["algorithms"]["candidates"]]
-    assert "cudnn_benchmark" in names and "tf32" in names
+
+
+BN = WorkloadSpec("tests.toy_profiler_models:bn_cnn", input_shape=(3, 8, 8), num_classes=4)
+
+
+def test_batchnorm_at_batch_1_is_passed_over_and_the_search_goes_on():
+    prof = run_profile(BN, ProfileOptions(max_batch=8, algorithms="none", steps=1))
+    (u,) = prof["untrainable_batches"]
+    assert u["batch_size"] == 1 and "does not train at batch 1" in u["reason"]
+    assert "Expected more than 1 value per channel" in u["reason"]
+    assert prof["batches"][0]["batch_size"] == 2 and prof["max_batch_size"] == 8
+    # Fewer timed steps than the default only when asked, and then said.
+    assert prof["timed_steps"] == 1
+    assert any("1 timed step(s) per trial (as asked; default 5)" in w for w in prof["warnings"])
+
+
+def test_listed_batch_that_does_not_train_is_noted(tmp_path, capsys):
+    assert main(["profile", BN.model, "--input-shape", "3,8,8", "--num-classes", "4",
+                 "--batch-sizes", "1,2", "--algorithms", "none", "--steps", "1",
+                 "--out", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "does not train at batch 1" in out
+    assert [r["batch_size"] for r in read_json(tmp_path / "p.json", "profile")["batches"]] == [2]
+
+
+def test_a_model_that_trains_at_no_batch_tried_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["profile", "tests.toy_profiler_models:pairs_only", "--input-shape", "6",
+                 "--num-classes", "3", "--batch-sizes", "3,4", "--steps", "1", "--quiet",
+                 "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "does not train at any batch tried (3, 4)" in err and err.count("\n") == 1
+
+
+def test_steps_default_to_five():
+    from scalelab.cli import build_parser
+
+    assert ProfileOptions().steps == 5 and ProfileOptions().timed_steps == 5
+    assert build_parser().parse_args(["profile", "resnet18"]).steps == 5
+
+
+def test_a_busy_machine_is_recorded_so_callers_can_refuse_to_cache(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.5, 3.0, 1.0))
+    prof = run_profile(MLP, ProfileOptions(batch_sizes=[2], algorithms="none", steps=1))
+    assert prof["machine_busy"] is True and prof["environment"]["loadavg_before"] == 7.5
+    assert any("busy" in w for w in prof["warnings"])
+
+
+def test_a_quiet_machine_is_not_busy(monkeypatch):
+    import os
+
+    from scalelab.profiler.profile import _environment
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.2, 0.1, 0.1))
+    assert _environment(torch.device("cpu"), 0.2)["busy"] is False
+    assert _environment(torch.device("cpu"), 1.5)["busy"] is True

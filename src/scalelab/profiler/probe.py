@@ -125,6 +125,7 @@ class TrialRunner:
                                 steps, self.seed)
         except Exception as e:  # noqa: BLE001 - classified below, outside this block
             failure, oom = describe_failure(e), is_out_of_memory(e)
+            e.__traceback__ = None  # whoever still holds the exception holds no frames
         # The exception and its traceback (which holds the failed step's tensors) are gone
         # here: now the memory can go back to the device.
         model.zero_grad(set_to_none=True)

@@ -266,13 +266,16 @@ def _warnings(opts: ProfileOptions, env: dict[str, Any]) -> list[str]:
             f"before, {env['loadavg_after']:.1f} after, on {os.cpu_count()} cores): other "
             "processes compete for the cores, so step times are slower and noisier than on "
             "an idle machine")
+    raised = opts.timed_steps > opts.steps
     if opts.timed_steps < DEFAULT_STEPS:
+        asked = (f"{opts.steps} asked, at least {MIN_CUDA_STEPS} on CUDA" if raised
+                 else "as asked")
         warnings.append(
-            f"{opts.timed_steps} timed step(s) per trial, as asked (default {DEFAULT_STEPS}): "
+            f"{opts.timed_steps} timed step(s) per trial ({asked}; default {DEFAULT_STEPS}): "
             "medians of so few steps are noisy")
-    elif opts.timed_steps > opts.steps:
-        warnings.append(f"{opts.timed_steps} timed steps per trial on CUDA ({opts.steps} "
-                        f"asked; at least {MIN_CUDA_STEPS} there)")
+    elif raised:
+        warnings.append(f"{opts.timed_steps} timed steps per trial ({opts.steps} asked; at "
+                        f"least {MIN_CUDA_STEPS} on CUDA)")
     return warnings
 
 
