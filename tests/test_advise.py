@@ -226,3 +226,24 @@ def test_check_predicts_what_it_ran(tmp_path, cache, quiet_machine, capsys):
     assert f"predicted {c['predicted_samples_per_s']:,.1f} samples/s" in text
     html = (out / "report.html").read_text()
     assert "check of the model on this machine" in html
+
+
+def test_compare_table_whole_when_piped():
+    """Piped (not a terminal, 80 columns), the compare table keeps its error column."""
+    import io
+
+    from rich.console import Console
+
+    from scalelab.cli.compare import print_table, table
+
+    result = {"model": "resnet18", "workers": 1, "rate": None, "steps": [
+        {"name": "batch+algorithm+loaders", "config": {"batch_size": 128, "ps": 1,
+                                                       "partition": "tensor"},
+         "predicted_samples_per_s": 199.8, "measured_samples_per_s": 197.3, "speedup": 6.56,
+         "predicted_speedup": 6.58, "error": -0.0134}]}
+    buf = io.StringIO()
+    console = Console(file=buf, width=80)
+    print_table(console, table(result))
+    text = buf.getvalue()
+    assert "-1.3%" in text and "error" in text and "…" not in text
+    assert "1 worker," in text and console.width == 80

@@ -79,10 +79,28 @@ def _batch_sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+def print_table(console, t) -> None:
+    """Print ``t`` whole: when the output is not a terminal (piped), as wide as it needs."""
+    from rich.measure import Measurement
+
+    if console.is_terminal:
+        console.print(t)
+        return
+    need = Measurement.get(console, console.options.update_width(1000), t).maximum
+    width = console.width
+    console.width = max(width, need)
+    try:
+        console.print(t)
+    finally:
+        console.width = width
+
+
 def table(result: dict):
     from rich.table import Table
 
-    t = Table(title=f"scalelab compare: {result['model']}, {result['workers']} workers, "
+    from scalelab.plan.text import plural
+
+    t = Table(title=f"scalelab compare: {result['model']}, {plural(result['workers'], 'worker')}, "
                     f"{result.get('rate') or 'loopback'}")
     for name, just in (("step", "left"), ("batch", "right"), ("ps", "right"),
                        ("shards", "left"), ("pred/s", "right"), ("meas/s", "right"),
@@ -137,7 +155,7 @@ def run(args) -> int:
     elif not args.quiet:
         from scalelab.theory.units import Bps_to_mbps
 
-        console.print(table(result))
+        print_table(console, table(result))
         for s in result["skipped"]:
             console.print(f"skipped {s['name']}: {s['reason']}")
         for n in result["notes"]:
