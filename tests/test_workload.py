@@ -72,3 +72,34 @@ def test_googlenet_trains_main_head_only():
     loss = spec.loss_fn()(logits_of(model(x)), y)
     loss.backward()
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_malformed_shapes_are_usage_errors():
+    for bad in ["3,x,32", "0,32,32", "3,32,", "3,,32", "3.5,32,32"]:
+        with pytest.raises(UsageError, match="input shape"):
+            parse_input_shape(bad)
+    assert parse_input_shape("3,32") == (3, 32)  # well formed: the model decides
+
+
+def test_check_workload_runs_the_model_on_meta_tensors():
+    from scalelab.workload import check_workload
+
+    check_workload(WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10))
+    for shape in [(3, 32), (1, 32, 32), (3, 32, 32, 32)]:
+        with pytest.raises(UsageError, match="does not take --input-shape"):
+            check_workload(WorkloadSpec("resnet18", input_shape=shape, num_classes=10))
+    with pytest.raises(UsageError, match="does not take --input-shape 7"):
+        check_workload(WorkloadSpec("tests.toy_models:mlp", input_shape=(7,), num_classes=3))
+
+
+def test_check_workload_falls_back_to_cpu_for_ops_without_meta_kernels():
+    from scalelab.workload import check_workload
+
+    spec = WorkloadSpec("tests.toy_profiler_models:reads_values", input_shape=(6,),
+                        num_classes=3)
+    with pytest.raises(Exception):  # noqa: B017 - what meta tensors refuse, whatever its type
+        with torch.device("meta"):
+            spec.build_model(seed=None)(torch.zeros(2, 6, device="meta"))
+    check_workload(spec)
+    with pytest.raises(UsageError, match="does not take --input-shape 5"):
+        check_workload(WorkloadSpec(spec.model, input_shape=(5,), num_classes=3))
