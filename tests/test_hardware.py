@@ -112,3 +112,12 @@ def test_cli_unknown_name_lists_close_matches(capsys):
     assert main(["hardware", "show", "B20"]) == 2
     err = capsys.readouterr().err
     assert "did you mean" in err and "B200" in err
+
+
+def test_cli_fit_shows_fractions_and_bands(capsys):
+    assert main(["hardware", "fit", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert {r["units"] for r in d["pooled"]} == {"cuda-core", "tf32", "half"}
+    assert all(0 < r["e_c"] <= 1 and 0 < r["e_m"] <= 1 and r["band"] >= 0
+               for r in d["devices"])
+    assert d["launch_s"] > 0 and all(p["source"] for p in d["points"])

@@ -13,6 +13,7 @@ EPILOG = """examples:
   scalelab hardware list
   scalelab hardware show A100-SXM-80GB
   scalelab hardware show IB-FDR --json
+  scalelab hardware fit
 """
 
 
@@ -36,6 +37,9 @@ def register(subparsers) -> None:
     sp.add_argument("name", metavar="NAME", help="catalog name or alias (A100, 10GbE, nvlink3)")
     sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
     sp.set_defaults(func=run_show)
+    fp = sub.add_parser("fit", help="the roofline fractions fitted to published throughputs")
+    fp.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    fp.set_defaults(func=run_fit)
 
 
 def _num(value, fmt: str = "{:g}") -> str:
@@ -99,4 +103,33 @@ def run_show(args) -> int:
             v = ", ".join(v) or "-"
         t.add_row(k, "unknown" if v is None else str(v))
     console.print(t)
+    return 0
+
+
+def run_fit(args) -> int:
+    """Per device and compute units: e_c, e_m, the points behind them, the error band."""
+    from scalelab.hardware.fit import bands, fit
+    from scalelab.hardware.reference import reference
+
+    f, b, ref = fit(), bands(), reference()
+    rows = [{"device": d, "units": c, "e_c": v.e_c, "e_m": v.e_m, "points": v.points,
+             "band": b.seen[c]} for (d, c), v in sorted(f.devices.items())]
+    pooled = [{"units": c, "e_c": v.e_c, "e_m": v.e_m, "band_unseen": b.unseen.get(c)}
+              for c, v in sorted(f.pooled.items())]
+    if args.json:
+        print(json.dumps({"devices": rows, "pooled": pooled, "launch_s": ref.launch_s,
+                          "points": [vars(p) for p in ref.points]}, indent=2))
+        return 0
+    t = Table(title=f"roofline fractions fitted to {len(ref.points)} published points",
+              caption="band: the fit's leave-one-out error for a fitted device")
+    for col in ("device", "units", "e_c", "e_m", "points", "band"):
+        t.add_column(col, justify="left" if col in ("device", "units") else "right")
+    for r in rows:
+        t.add_row(r["device"], r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}",
+                  str(r["points"]), f"{r['band']:.0%}")
+    for r in pooled:
+        t.add_row("(any other)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "0",
+                  "-" if r["band_unseen"] is None else f"{r['band_unseen']:.0%}")
+    console.print(t)
+    console.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
     return 0
