@@ -247,3 +247,22 @@ def test_compare_table_whole_when_piped():
     text = buf.getvalue()
     assert "-1.3%" in text and "error" in text and "…" not in text
     assert "1 worker," in text and console.width == 80
+
+
+def test_workload_algorithm_key_is_documented_and_read(tmp_path):
+    from scalelab.plan import load_input
+
+    root = Path(__file__).resolve().parents[1]
+    readme = root / "README.md"
+    assert "`algorithm`" in readme.read_text()
+    (tmp_path / "w.toml").write_text('model = "resnet18"\nbatch_size = 8\nstep_s = 0.1\n'
+                                     'algorithm = "channels_last"\n')
+    assert load_input(tmp_path / "w.toml").algorithm == "channels_last"
+
+
+def test_cluster_with_network_and_network_gbps_is_a_usage_error(tmp_path, cache, capsys):
+    (tmp_path / "c.toml").write_text('nodes = 2\nnetwork = "10GbE"\nnetwork_gbps = 25\n')
+    assert main(["advise", *ARGS, "--cluster", str(tmp_path / "c.toml"),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "network" in err and "network_gbps" in err
