@@ -22,7 +22,9 @@ applies at least 10 MB/s.
 2. **Fit**: minimise ``sum (log T_pred/T_meas)^2 / 0.05^2 + sum ((u - u_0)/0.5)^2`` over
    the chosen parameters, ``u`` each parameter as a fraction of its range (a measurement
    noise of 5% on a median step; a prior as wide as half the range), by bounded
-   Levenberg-Marquardt from three starts (the prior, mid-range, a fifth of the range).
+   Levenberg-Marquardt from several starts (:func:`_starts`: the prior, the prior with one
+   parameter near its far bound, mid-range), since a ``max`` in the model leaves no
+   gradient in parts of the range (overlap above T_C / T_comm, for one).
    Uncertainty: the Gauss-Newton covariance ``(J^T J / s^2 + I / 0.5^2)^-1`` at the
    optimum, ``s^2`` the residual variance ``RSS / (n - p)``.
 
@@ -54,6 +56,7 @@ PRIOR_WIDTH = 0.5
 SENSITIVITY = 0.1
 MIN_SENSITIVE_CASES = 2
 INDEPENDENCE = 0.3
+MAX_STEP = 0.1
 OBJECTIVE = ("sum of (log(predicted/measured) / 0.05)^2 + sum of ((u - u_prior) / 0.5)^2, "
              "u = parameter as a fraction of its bounds")
 
@@ -161,12 +164,13 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
 
 
 def _levenberg_marquardt(observations, prior: ModelParams, names: list[str],
-                         start: list[float], u0: list[float], iterations: int = 60
+                         start: list[float], u0: list[float], iterations: int = 80
                          ) -> tuple[list[float], float, int]:
     """Bounded Levenberg-Marquardt on the residuals (steps clipped to [0, 1] per parameter).
 
     The Jacobian is taken by forward differences of 1e-4 of each range (backward at the
-    upper bound); the damping grows x4 on a rejected step and shrinks /3 on an accepted one.
+    upper bound); the damping grows x4 on a rejected step and shrinks /3 on an accepted one;
+    no step moves a parameter by more than :data:`MAX_STEP` of its range.
     """
     x = list(start)
     r = _residuals(observations, prior, names, x, u0)
@@ -185,6 +189,9 @@ def _levenberg_marquardt(observations, prior: ModelParams, names: list[str],
             a = [[v + (lam * (1.0 + row[i]) if i == k else 0.0) for k, v in enumerate(row)]
                  for i, row in enumerate(jtj)]
             d = _solve(a, [-v for v in jtr])
+            longest = max(abs(v) for v in d)
+            if longest > MAX_STEP:  # a trust region: no jump across a kink of the model
+                d = [v * MAX_STEP / longest for v in d]
             xn = [min(1.0, max(0.0, xi + di)) for xi, di in zip(x, d)]
             rn = _residuals(observations, prior, names, xn, u0)
             evals += 1
@@ -194,7 +201,7 @@ def _levenberg_marquardt(observations, prior: ModelParams, names: list[str],
             lam *= 4.0
         else:
             break
-        done = f - fn < 1e-12 * (1.0 + f)
+        done = f - fn < 1e-10 * (1.0 + f)
         x, r, f, lam = xn, rn, fn, max(lam / 3.0, 1e-9)
         if done:
             break
@@ -258,6 +265,15 @@ def _check_free(free) -> tuple[str, ...]:
     return free
 
 
+def _starts(u0: list[float]) -> list[list[float]]:
+    """The prior; the prior with one parameter moved near its far bound, for each; mid-range."""
+    starts = [list(u0)]
+    for j, u in enumerate(u0):
+        starts.append(u0[:j] + [0.05 if u > 0.5 else 0.95] + u0[j + 1:])
+    starts.append([0.5] * len(u0))
+    return starts
+
+
 def fit(observations: list[Observation], free: tuple[str, ...] | None = None,
         prior: ModelParams | None = None) -> Fit:
     """Fit the parameters of ``free`` (default all) that ``observations`` constrain."""
@@ -269,7 +285,7 @@ def fit(observations: list[Observation], free: tuple[str, ...] | None = None,
     names = list(chosen)
     u0 = [_u(k, getattr(prior, k)) for k in names]
     best, best_f, evals = list(u0), math.inf, 0
-    for start in (u0, [0.5] * len(names), [0.2] * len(names)):
+    for start in _starts(u0):
         x, fx, n = _levenberg_marquardt(observations, prior, names, start, u0) if names \
             else (start, 0.0, 0)
         evals += n
