@@ -97,6 +97,9 @@ BAD = [
     (["tests.toy_models:not_a_module"], "not a torch.nn.Module"),
     (["resnet18", "--input-shape", "3,x,64"], "malformed input shape"),
     (["resnet18", "--batch-sizes", "0,4"], "must be > 0"),
+    (["resnet18", "--device", "gpu"], "expected cpu, cuda or cuda:N"),
+    (["resnet18", "--device", "cuda:x"], "expected cpu, cuda or cuda:N"),
+    (["resnet18", "--input-shape", "3,32"], "does not take --input-shape 3,32"),
     (["resnet18", "--batch-sizes", "4,-2"], "must be > 0"),
     (["tests.toy_models:mlp", "--input-shape", "6", "--memory-budget", "1MiB",
       "--batch-sizes", "1"], "too small for batch 1"),
@@ -112,9 +115,10 @@ def test_bad_input_is_one_line_exit_2(argv, message, tmp_path, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_cuda(tmp_path, capsys):
-    assert main(["profile", "resnet18", "--device", "cuda", "--out",
-                 str(tmp_path / "p.json")]) == 2
-    assert "CUDA is not available" in capsys.readouterr().err
+    for device in ("cuda", "cuda:1"):
+        assert main(["profile", "resnet18", "--device", device, "--out",
+                     str(tmp_path / "p.json")]) == 2
+        assert "CUDA is not available" in capsys.readouterr().err
 
 
 def test_bad_data_folders(tmp_path, capsys):
