@@ -36,7 +36,11 @@ def register(sub) -> None:
     p.add_argument("--data", default="synthetic", metavar="synthetic|PATH",
                    help="synthetic inputs, or an image folder (class sub-folders) to time I/O")
     p.add_argument("--algorithms", choices=["auto", "none"], default="auto",
-                   help="compare computation configurations (default auto)")
+                   help="auto: compare computation configurations at the recommended "
+                        "batch (on CUDA: default = PyTorch's defaults, TF32 convolutions and "
+                        "FP32 matmuls; fp32_strict; tf32; cudnn_benchmark; channels_last; "
+                        "bf16/fp16 autocast, fp16 with loss scaling); none: default only "
+                        "(default auto)")
     p.add_argument("--steps", type=positive_int, default=5,
                    help="timed steps per trial (default 5; fewer is noted in the output; at "
                         "least 3 on CUDA)")
