@@ -4,7 +4,9 @@ Run as ``python -m scalelab.profiler.worker``. A spawned interpreter rather than
 because a process forked after OpenMP has started its threads hangs at its first parallel
 operation. ``MALLOC_MMAP_THRESHOLD_`` is fixed by the parent so that freed tensors return
 to the system and the next trial's peak resident memory starts from the baseline. Every
-trial starts from the model's initial weights, with no gradients.
+trial starts from the model's initial weights, with no gradients; the copy they are restored
+from stays resident, so CPU peaks include the parameters' bytes once more than training
+needs (``workload.param_bytes``; GPU peaks do not: the copy is in host memory).
 """
 
 from __future__ import annotations
