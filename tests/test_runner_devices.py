@@ -97,3 +97,28 @@ def test_cli_rejects_an_unknown_device():
     with pytest.raises(SystemExit) as e:
         main(["run", "tests.toy_runner:wide", "--workers", "1", "--device", "tpu"])
     assert e.value.code == 2
+
+
+def test_a_gpu_rank_synchronizes_the_device_at_every_phase_boundary(monkeypatch):
+    from scalelab.runner import entry
+    from scalelab.runner.timers import maybe_phase
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+
+    def body(step, timer):
+        with maybe_phase(timer, "compute_s"):
+            calls.append("compute")
+        with maybe_phase(timer, "push_s"):
+            calls.append("push")
+        return {}
+
+    log = entry.RankLog(None, {})
+    c = cfg(workers=1, ps=1, steps=1)
+    entry._steps(c, 0, body, log, RankDevice("cuda:0", "gloo", 0))
+    # start, compute in/out, push in/out, end: the device is idle at every clock read
+    assert calls == ["sync", "sync", "compute", "sync", "sync", "push", "sync", "sync"]
+    calls.clear()
+    entry._steps(c, 0, body, log, RankDevice("cpu", "gloo"))
+    assert calls == ["compute", "push"]
+    assert {"compute_s", "push_s", "step_s"} <= set(log.records[-1])

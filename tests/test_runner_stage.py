@@ -83,3 +83,39 @@ def test_staged_run_matches_in_place_run_and_accounts_its_bytes():
     s = staged["bytes_per_step"]["server"]
     assert s == {"bytes_sent": param_bytes, "bytes_received": param_bytes}
     assert staged["config"]["stage_host"] is True and staged["config"]["device"] == "cpu"
+
+
+class _Event:
+    """A stand-in for a CUDA event: done after ``ready_after`` queries, or when waited for."""
+
+    def __init__(self, ready_after: int):
+        self.left, self.waited = ready_after, False
+
+    def query(self) -> bool:
+        self.left -= 1
+        return self.left < 0
+
+    def synchronize(self) -> None:
+        self.waited = True
+        self.left = -1
+
+
+def test_staged_pieces_are_sent_in_order_once_their_copies_are_done(monkeypatch):
+    from scalelab.runner import ps
+
+    sent = []
+    monkeypatch.setattr(ps, "isend", lambda buf, dst, tag: sent.append((tag, dst)) or tag)
+    layout = make_layout(NUMELS, 2, "balanced", piece_elems=10)
+    w = object.__new__(ps.Worker)
+    w.cfg = RunConfig(workload=WorkloadSpec("tests.toy_runner:wide", input_shape=(6,),
+                                            num_classes=3), workers=1, ps=2, device="cpu")
+    w.async_mode, w.sends = False, []
+    p0, p1, p2 = layout.pieces[:3]
+    late = _Event(ready_after=5)
+    w.staged = [(p0, None, _Event(0)), (p1, None, late), (p2, None, None)]
+    w._send_ready(block=False)  # p0 is done, p1 not yet: p2 waits behind it
+    assert [t for t, _ in sent] == [p0.index]
+    w._send_ready(block=True)  # after backward: wait for every copy
+    assert [t for t, _ in sent] == [p0.index, p1.index, p2.index]
+    assert late.waited and w.staged == []
+    assert [dst for _, dst in sent] == [w.cfg.server_rank(p.server) for p in (p0, p1, p2)]
