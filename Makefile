@@ -1,11 +1,12 @@
 # make demo: set up .venv and run the main job on the built-in default.
 # make test: set up .venv and run the test suite.
+# make check: the fast pure tier (no processes, namespaces or browser).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.scalelab-installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test check lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +20,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the pure tier for the edit loop: no processes, namespaces, browser or slow runs
+check: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not dist and not netem and not browser and not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
