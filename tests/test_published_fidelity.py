@@ -1,8 +1,9 @@
 """From one GPU's published throughput, predict another GPU's (points the fit did not use).
 
-The held-out points are tests/data/published_holdout.toml, each with its source; pairs are
+The held-out points are tests/data/published_holdout.toml, each with its source (ResNet-50 and,
+for models the fit never saw, EfficientNet-B0 and B4); pairs are
 formed within one group (one software stack). Issue targets: median |error| <= 15% and
-worst <= 30%. Measured with this data: the packaged fit gives a median of about 9% and a
+worst <= 30%. Measured with this data: the packaged fit gives a median of about 8% and a
 worst of about 33% (the V100 FP32 -> A100 40GB TF32 pair of the pytorch-20.06 container);
 leaving the target device out of the fit, the median stays under 10% and the worst pairs
 are the devices whose fit class has few others (V100 FP32, K80), which is what their error
@@ -42,7 +43,7 @@ def test_holdout_is_apart_from_the_fit_and_cited(holdout):
 
 def test_cross_device_within_published_error(fitted_pairs):
     median, worst = fidelity.summary(fitted_pairs)
-    assert len(fitted_pairs) >= 30
+    assert len(fitted_pairs) >= 40 and len({r.target.model for r in fitted_pairs}) >= 3
     assert median <= 0.15, f"median |error| {median:.1%}"
     assert worst <= 0.35, f"worst |error| {worst:.1%}"
     within_30 = sum(abs(r.error) <= 0.30 for r in fitted_pairs) / len(fitted_pairs)

@@ -5,7 +5,9 @@ step (forward, loss, backward) runs under a ``TorchDispatchMode`` that sees ever
 operation. For each operation:
 
 - FLOPs: from ``torch.utils.flop_counter``'s formula registry (matrix products, convolutions
-  and attention; the counts ``FlopCounterMode`` gives). Other operations (batch norm,
+  and attention; the counts ``FlopCounterMode`` gives), except a convolution's backward,
+  counted as one forward convolution per gradient it computes (the registry's formula
+  overcounts grouped convolutions). Other operations (batch norm,
   activations, additions, pooling, losses) have no entry there and count 0 FLOPs: on a GPU
   they are bound by memory, which is what their bytes describe.
 - bytes: the sizes of the tensor inputs plus the tensor outputs, at fp32 (the meta tensors'
@@ -34,7 +36,7 @@ from functools import lru_cache
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from scalelab.workload import WorkloadSpec, logits_of
 
@@ -101,6 +103,19 @@ class StepOps:
         return sum(o.flops for o in self.ops if o.phase == phase)
 
 
+def _conv_backward_flops(grad_out, x, w, _bias, _stride, _padding, _dilation, transposed,
+                         _output_padding, _groups, output_mask, *_rest) -> float:
+    """Backward of a convolution: its gradient with respect to the input and to the weight
+    each cost one forward convolution's multiply-adds.
+
+    Counted here rather than with ``torch.utils.flop_counter``'s formula, which computes the
+    weight gradient as a convolution over all input channels and so overcounts a grouped
+    convolution by its group count (a depthwise convolution by its channel count).
+    """
+    fwd = conv_flop_count(list(x.shape), list(w.shape), list(grad_out.shape), transposed)
+    return float(fwd * (int(bool(output_mask[0])) + int(bool(output_mask[1]))))
+
+
 def _nbytes(tensors) -> int:
     return sum(t.numel() * 4 for t in tensors if isinstance(t, torch.Tensor))
 
@@ -120,7 +135,9 @@ class _Recorder(TorchDispatchMode):
             return out
         flops = 0.0
         formula = flop_registry.get(packet)
-        if formula is not None:
+        if name == "convolution_backward":
+            flops = _conv_backward_flops(*args)
+        elif formula is not None:
             flops = float(formula(*args, **kwargs, out_val=out))
         in_leaves, _ = tree_flatten((args, kwargs))
         out_leaves, _ = tree_flatten(out)

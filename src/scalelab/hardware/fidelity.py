@@ -19,7 +19,6 @@ from scalelab import hardware
 from scalelab.hardware.estimate import estimate_step
 from scalelab.hardware.fit import _twin_key, bands, fit, precision_class
 from scalelab.hardware.reference import RefPoint, reference
-from scalelab.opcount import step_ops
 
 MODES = ("fit", "lodo")
 
@@ -41,6 +40,7 @@ def _pairs(points: Sequence[RefPoint]):
     for s in points:
         for t in points:
             if (s.group == t.group and s.model == t.model and s.device != t.device
+                    and s.input_shape == t.input_shape
                     and precision_class(s.precision) == precision_class(t.precision)):
                 yield s, t
 
@@ -60,9 +60,9 @@ def cross_device(points: Sequence[RefPoint], mode: str = "fit") -> list[PairResu
     for s, t in _pairs(points):
         f = fit() if mode == "fit" else _fit_without(t.device)
         b = bands() if mode == "fit" else bands().without(t.device)
-        est = estimate_step(step_ops(t.model, t.batch), t.device, t.precision,
+        est = estimate_step(t.ops(), t.device, t.precision,
                             source_device=s.device, source_step_s=s.step_s,
-                            source_ops=step_ops(s.model, s.batch),
+                            source_ops=s.ops(),
                             source_precision=s.precision, f=f, b=b)
         out.append(PairResult(s, t, t.batch / est.step_s, est.band))
     return out

@@ -31,7 +31,7 @@ import numpy as np
 
 from scalelab import hardware
 from scalelab.hardware.reference import RefPoint, reference
-from scalelab.opcount import StepOps, step_ops
+from scalelab.opcount import StepOps
 from scalelab.theory.roofline import RooflineOp
 
 _GRID = np.logspace(math.log10(0.005), 0.0, 121)
@@ -106,14 +106,14 @@ class _Curve:
 
 
 @lru_cache(maxsize=512)
-def _curve(model: str, device: str, precision: str, batch: int) -> _Curve:
-    dev = hardware.device(device)
-    rops = roofline_ops(step_ops(model, batch), dev, precision)
+def _curve(p: RefPoint) -> _Curve:
+    dev = hardware.device(p.device)
+    rops = roofline_ops(p.ops(), dev, p.precision)
     return _Curve(rops, dev.memory_bandwidth_Bps, reference().launch_s)
 
 
 def point_curve(p: RefPoint) -> _Curve:
-    return _curve(p.model, p.device, p.precision, p.batch)
+    return _curve(p)
 
 
 def precision_class(precision: str) -> str:

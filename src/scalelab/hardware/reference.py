@@ -27,8 +27,10 @@ class RefPoint:
     source: str
     framework: str = "pytorch"
     group: str = ""
+    input_shape: tuple[int, ...] = (3, 224, 224)
 
     def __post_init__(self):
+        object.__setattr__(self, "input_shape", tuple(int(x) for x in self.input_shape))
         if self.precision not in PRECISION_MODES:
             raise ValueError(f"{self.device}: precision {self.precision!r} is not one of "
                              f"{', '.join(PRECISION_MODES)}")
@@ -46,8 +48,15 @@ class RefPoint:
 
     @property
     def key(self) -> tuple:
-        return (self.model, self.device, self.precision, self.batch, self.samples_per_s,
-                self.group)
+        return (self.model, self.input_shape, self.device, self.precision, self.batch,
+                self.samples_per_s, self.group)
+
+    def ops(self):
+        """The operations of one training step of this point's workload."""
+        from scalelab.opcount import step_ops
+        from scalelab.workload import WorkloadSpec
+
+        return step_ops(WorkloadSpec(self.model, input_shape=self.input_shape), self.batch)
 
 
 @dataclass(frozen=True)
