@@ -234,3 +234,22 @@ def test_report_of_a_real_small_advise_in_chromium(tmp_path, monkeypatch, figure
             assert f"all {c['nodes'] * c['gpus_per_node']} GPUs" in card
     assert "check of the model on this machine" in dom
     assert_legends_clear(figure_log)
+
+
+def test_a_check_is_labelled_as_a_check(tmp_path):
+    case = {"config": {"workers": 2, "ps": None, "architecture": "allreduce",
+                       "batch_size": 2, "rate": None},
+            "predicted_step_s": 0.001, "measured_step_s": 0.002, "error": -0.5}
+    check = {"cases": [case], "check": {
+        "label": "a check of the model on this machine, not a validation of the plan for big",
+        "ran": {"architecture": "allreduce", "workers": 2, "batch_size": 2},
+        "why": "2 workers: the recommended 5 devices capped at 2 CPU cores",
+        "predicted_samples_per_s": 4000.0, "measured_samples_per_s": 2000.0, "error": -0.5}}
+    files = _files(tmp_path) + [write_json(tmp_path / "check.json", "validation", check)]
+    html = render_report(collect_inputs(files))
+    section = html.split('id="validation"')[1].split("</section>")[0]
+    assert "Check of the model on this machine" in section
+    assert "not a validation of the cluster plan" in section
+    assert "workers=2 architecture=allreduce batch_size=2" in section and "None" not in section
+    measured = html.split('id="measured"')[1].split("</section>")[0]
+    assert "predicted 4,000.0 samples/s, measured 2,000.0 samples/s" in measured

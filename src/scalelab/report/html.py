@@ -304,7 +304,7 @@ def _validation_rows(validations: list[dict]) -> list[list[str]]:
         for c in v.get("cases", []):
             cfg = c.get("config", {})
             err = c.get("error")
-            rows.append([" ".join(f"{k}={val}" for k, val in cfg.items()),
+            rows.append([" ".join(f"{k}={val}" for k, val in cfg.items() if val is not None),
                          _fmt_s(c.get("predicted_step_s")), _fmt_s(c.get("measured_step_s")),
                          f"{err * 100:+.1f}%" if isinstance(err, (int, float)) else "-"])
     return rows
@@ -383,8 +383,14 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
         sweep, sweep_header)
     add("breakdown", "Where a step's time goes", figures.breakdown(plans, runs, validations),
         "Compute, input, push, server apply and pull per step, predicted beside measured.")
-    add("validation", "Predicted against measured", figures.validation(validations),
-        "Each point is one configuration run for real; the band is ±10%.",
+    checks = bool(validations) and all(isinstance(v.get("check"), dict) for v in validations)
+    add("validation", "Check of the model on this machine" if checks
+        else "Predicted against measured", figures.validation(validations),
+        ("The recommendation scaled to this machine, run for real on loopback beside the "
+         "model's prediction for exactly that run (compute, contention and link measured "
+         "here): a check of the model, not a validation of the cluster plan. "
+         if checks else "Each point is one configuration run for real. ")
+        + "The band is ±10%; step times.",
         _validation_rows(validations), ["configuration", "predicted", "measured", "error"])
     add("compare", "Naive against recommended", figures.compare(compares),
         "The baseline, then the recommendations applied one at a time in the paper's order.")
