@@ -93,3 +93,25 @@ def test_fit_is_deterministic_and_fractions_in_range():
     assert a == b
     for v in a.devices.values():
         assert 0 < v.e_c <= 1 and 0 < v.e_m <= 1
+
+
+def test_plan_compute_estimates_another_device_with_a_band():
+    from scalelab.plan import Cluster, PlanOptions, target_compute, workload_from_dict
+
+    # 219 img/s at batch 64 on a P100 (TensorFlow benchmarks, 2017) planned on a V100
+    inp = workload_from_dict({"model": "resnet50", "batch_size": 64, "step_s": 64 / 219,
+                              "device": "P100"})
+    tc = target_compute(inp, inp.step_s, 64, Cluster(device="V100-SXM2-16GB",
+                                                     network="100GbE"), PlanOptions())
+    assert tc.estimate and 0 < tc.band < 1 and tc.floor_s > 0 and tc.precision == "fp32"
+    assert "roofline" in tc.reasons[0] and "P100-SXM2-16GB" in tc.reasons[0]
+    peak_ratio_s = inp.step_s * 10.6 / 15.7  # the old estimate, by FP32 peaks alone
+    assert tc.compute_s != pytest.approx(peak_ratio_s, rel=0.02)
+    # a CPU profile: the fitted roofline alone, stated as an assumption, no flat efficiency
+    cpu = workload_from_dict({"model": "resnet50", "batch_size": 64, "step_s": 20.0,
+                              "device": "cpu"})
+    tc = target_compute(cpu, cpu.step_s, 64, Cluster(device="H100-SXM", network="100GbE"),
+                        PlanOptions())
+    assert tc.estimate and tc.band > 0 and any("assumption" in w for w in tc.warnings)
+    assert tc.compute_s == pytest.approx(
+        estimate_step(step_ops("resnet50", 64), "H100-SXM", "fp32").step_s)
