@@ -266,3 +266,19 @@ def test_cluster_with_network_and_network_gbps_is_a_usage_error(tmp_path, cache,
                  "--out", str(tmp_path / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "network" in err and "network_gbps" in err
+
+
+def test_one_of_a_kind_is_singular_in_cli_and_report_text():
+    from scalelab.cli.calibrate import table as calibrate_table
+    from scalelab.cli.validate import summary_lines
+    from scalelab.report.html import _summary, cluster_summary
+
+    assert summary_lines({"link": {}, "median_abs_error": 0.1, "max_abs_error": 0.1,
+                          "cases": [{}]})[-1].endswith("(1 case)")
+    assert calibrate_table({"fitted_cases": [1], "parameters": {}}).title.endswith("(1 case)")
+    assert _summary([], [{"config": {"architecture": "ps", "workers": 1},
+                          "samples_per_s": 5.0}]) == ["run: ps with 1 worker, 5.0 samples/s "
+                                                      "measured"]
+    text = cluster_summary({"inputs": {"cluster": {"nodes": 1, "gpus_per_node": 1,
+                                                   "network": "10GbE"}}})
+    assert text == "1 node x 1 GPU, 10GbE"

@@ -45,7 +45,9 @@ def register(subparsers) -> None:
 def table(doc: dict):
     from rich.table import Table
 
-    t = Table(title=f"scalelab calibrate ({len(doc['fitted_cases'])} cases)")
+    from scalelab.plan.text import plural
+
+    t = Table(title=f"scalelab calibrate ({plural(len(doc['fitted_cases']), 'case')})")
     for col, just in (("parameter", "left"), ("fitted", "right"), ("± 1 sd", "right"),
                       ("prior", "right"), ("why", "left")):
         t.add_column(col, justify=just)
@@ -64,8 +66,10 @@ def summary_lines(doc: dict) -> list[str]:
              f"model used: {doc['model']} ({doc['decision']['reason']})"]
     band = doc.get("band")
     if band:
+        from scalelab.plan.text import plural
+
         lines.append(f"band: measured step within x{band['low']:.3f} .. x{band['high']:.3f} "
-                     f"of predicted ({band['source']}, {band['cases']} cases)")
+                     f"of predicted ({band['source']}, {plural(band['cases'], 'case')})")
     return lines
 
 

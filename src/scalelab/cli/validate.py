@@ -83,6 +83,7 @@ def table(validation: dict):
 
 
 def summary_lines(validation: dict) -> list[str]:
+    from scalelab.plan.text import plural
     from scalelab.theory.units import Bps_to_mbps
 
     lines = []
@@ -90,7 +91,8 @@ def summary_lines(validation: dict) -> list[str]:
         lines.append(f"link {name}: {Bps_to_mbps(link['bandwidth_Bps']):.1f} Mbit/s measured, "
                      f"latency {link['latency_s'] * 1e6:.0f} us")
     lines.append(f"|error| of the step time: median {validation['median_abs_error']:.1%}, "
-                 f"max {validation['max_abs_error']:.1%} ({len(validation['cases'])} cases)")
+                 f"max {validation['max_abs_error']:.1%} "
+                 f"({plural(len(validation['cases']), 'case')})")
     cal = validation.get("calibration")
     if cal:
         if cal.get("model"):
