@@ -253,3 +253,18 @@ def test_a_check_is_labelled_as_a_check(tmp_path):
     assert "workers=2 architecture=allreduce batch_size=2" in section and "None" not in section
     measured = html.split('id="measured"')[1].split("</section>")[0]
     assert "predicted 4,000.0 samples/s, measured 2,000.0 samples/s" in measured
+
+
+def test_the_planners_alternatives_and_launch_on_the_card(tmp_path):
+    plan = _plan("big", 4, 8, "100GbE", 5)
+    plan["recommendation"]["alternatives"] = [
+        {"label": "all 32", "gpus": 32, "architecture": "allreduce", "samples_per_s": 17453.2,
+         "speedup": 23.0, "efficiency": 0.7199},
+        {"label": "one node", "gpus": 8, "architecture": "allreduce", "samples_per_s": 6021.0,
+         "speedup": 7.4, "efficiency": 0.93}]
+    plan["recommendation"]["launch"] = "torchrun --nnodes 1 --nproc-per-node 5 -m scalelab run"
+    html = render_report(collect_inputs([write_json(tmp_path / "p.json", "plan", plan)]))
+    card = cards_of(html)[0]
+    assert "all 32: allreduce on 32 GPUs would give 17,453 samples/s at efficiency 0.71" in card
+    assert "one node: allreduce on 8 GPUs would give 6,021 samples/s at efficiency 0.93" in card
+    assert "torchrun --nnodes 1 --nproc-per-node 5 -m scalelab run" in card

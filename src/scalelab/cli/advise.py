@@ -66,6 +66,7 @@ def register(sub) -> None:
 
 def recommendation_line(p: dict) -> str:
     """One plan's advice in one line: the cluster, what to use and what it gives."""
+    from scalelab.plan.advice import floor2
     from scalelab.plan.text import format_gbps, plural
 
     r = p["recommendation"]
@@ -74,7 +75,7 @@ def recommendation_line(p: dict) -> str:
     return (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): batch {r['batch_size']}"
             f"/device, {r['algorithm'] or 'default computation'}, {r['architecture']} on "
             f"{plural(r['gpus'], 'device')}{servers}: {r['samples_per_s']:,.0f} samples/s at "
-            f"efficiency {r['efficiency']:.2f}; network needed "
+            f"efficiency {floor2(r['efficiency'])}; network needed "
             f"{format_gbps(r['network_gbps_needed'])} per node")
 
 
@@ -146,8 +147,15 @@ def print_advice(model: str, result) -> None:
     console.print(f"[bold]{head}[/bold]")
     if result.profile_note:
         console.print(f"  profile: {result.profile_note}", highlight=False)
+    from scalelab.report.html import alternatives
+
     for p in result.plans:
         console.print(recommendation_line(p), highlight=False)
+        for alt in alternatives(p):
+            console.print(f"    or {alt}", highlight=False)
+        if p["recommendation"].get("launch"):
+            console.print(f"    launch: {p['recommendation']['launch']}", highlight=False,
+                          soft_wrap=True)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     if result.check:

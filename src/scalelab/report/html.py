@@ -126,22 +126,40 @@ def _cluster_gpus(p: dict) -> int | None:
 
 
 def _row_text(row: dict, what: str) -> str:
-    return f"{what} {row['samples_per_s']:,.0f} samples/s at efficiency {row['efficiency']:.2f}"
+    from scalelab.plan.advice import floor2
+
+    return (f"{what} {row['samples_per_s']:,.0f} samples/s at efficiency "
+            f"{floor2(row['efficiency'])}")
+
+
+def _planned_alternatives(rec: dict) -> list[str]:
+    """The planner's own alternatives (plan.json's ``recommendation.alternatives``)."""
+    out = []
+    for a in rec.get("alternatives") or []:
+        if not isinstance(a, dict) or a.get("gpus") == rec.get("gpus"):
+            continue
+        if not isinstance(a.get("samples_per_s"), (int, float)) or \
+                not isinstance(a.get("efficiency"), (int, float)):
+            continue
+        out.append(_row_text(a, f"{a.get('label', 'alternative')}: {a.get('architecture')} "
+                                f"on {_plural(a.get('gpus'), 'GPU')} would give"))
+    return out
 
 
 def alternatives(p: dict) -> list[str]:
-    """What the reader weighs against the recommendation: every device of the cluster (the
-    sweep's row at the cluster's size, recommended architecture), and the other
-    architectures at the recommended count."""
+    """What the reader weighs against the recommendation: the planner's alternatives when
+    the plan has them, else every device of the cluster (the sweep's row at the cluster's
+    size, recommended architecture); then the other architectures at the recommended
+    count."""
     rec = p.get("recommendation") or {}
     arch, gpus = rec.get("architecture"), rec.get("gpus")
     rows = [r for r in p.get("sweep", []) if isinstance(r.get("samples_per_s"), (int, float))
             and isinstance(r.get("efficiency"), (int, float))]
-    out = []
+    out = _planned_alternatives(rec)
     total = _cluster_gpus(p)
     full = next((r for r in rows if r.get("architecture") == arch and r.get("gpus") == total),
                 None)
-    if full is not None and total != gpus:
+    if not out and full is not None and total != gpus:
         out.append(_row_text(full, f"all {total} GPUs ({arch}) would give"))
     for r in rows:
         if r.get("gpus") == gpus and r.get("architecture") != arch:
@@ -178,6 +196,7 @@ def _recommendations(inputs: ReportInputs) -> list[dict]:
                  if isinstance(rec.get("samples_per_s"), (int, float)) else "-"),
             ],
             "alternatives": alternatives(p),
+            "launch": rec.get("launch") or "",
             "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
             "warnings": [_reason_text(w) for w in p.get("warnings", [])],
             "estimate": bool(p.get("estimate")),
