@@ -42,7 +42,7 @@ def test_emulated_run_completes_and_leaves_nothing(tmp_path):
     out = tmp_path / "run.json"
     proc, pid = _scalelab("run", *TINY, "--workers", "2", "--ps", "1", "--steps", "4",
                      "--batch-size", "4", "--emulate-network", "200mbit", "--quiet",
-                     "--out", str(out))
+                     "--device", "cpu", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     run = json.loads(out.read_text())
     assert run["schema"] == "scalelab.run/1"
@@ -56,7 +56,7 @@ def test_emulated_run_with_a_killed_rank_exits_1_and_leaves_nothing(tmp_path):
     pid_dir.mkdir()
     proc, pid = _scalelab("run", *FAULTY, "--workers", "2", "--ps", "1", "--steps", "6",
                      "--batch-size", "4", "--emulate-network", "200mbit", "--timeout", "20",
-                     "--quiet", "--out", str(tmp_path / "run.json"),
+                     "--quiet", "--device", "cpu", "--out", str(tmp_path / "run.json"),
                      env={"TOY_FAIL": "1:2:kill", "TOY_PID_DIR": str(pid_dir)})
     assert proc.returncode == 1, proc.stderr
     assert "rank 1" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -72,7 +72,7 @@ def test_interrupted_emulated_run_leaves_nothing(tmp_path):
     launcher = subprocess.Popen(
         [sys.executable, "-m", "scalelab", "run", *FAULTY, "--workers", "2", "--ps", "1",
          "--steps", "1000000", "--batch-size", "4", "--emulate-network", "500mbit", "--quiet",
-         "--out", str(tmp_path / "run.json")],
+         "--device", "cpu", "--out", str(tmp_path / "run.json")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TOY_PID_DIR": str(pid_dir)}, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60

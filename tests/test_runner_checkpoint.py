@@ -18,7 +18,8 @@ SPEC = WorkloadSpec("tests.toy_runner:faulty", input_shape=(6,), num_classes=3, 
 def _cfg(arch: str, d, **kw) -> RunConfig:
     extra = dict(ps=2) if arch == "ps" else {}
     return RunConfig(workload=SPEC, workers=2, architecture=arch, steps=6, batch_size=4,
-                     checkpoint_dir=str(d), checkpoint_every=2, timeout_s=20, **extra, **kw)
+                     checkpoint_dir=str(d), checkpoint_every=2, timeout_s=20, device="cpu",
+                     **extra, **kw)
 
 
 @pytest.mark.parametrize("arch", ["ps", "allreduce"])
@@ -44,7 +45,7 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_parameters(
     code = main(["run", "tests.toy_runner:wide", "--input-shape", "6", "--num-classes", "3",
                  "--workers", "2", *(["--ps", "2"] if arch == "ps" else
                                      ["--architecture", "allreduce"]),
-                 "--checkpoint-dir", str(ckpt), "--resume", "--quiet",
+                 "--checkpoint-dir", str(ckpt), "--resume", "--quiet", "--device", "cpu",
                  "--out", str(tmp_path / "r.json")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2

@@ -54,7 +54,7 @@ def test_sync_matches_one_process_at_w_times_b(case, tmp_path):
     spec = WorkloadSpec(model, input_shape=shape, num_classes=3, optimizer=optimizer, lr=0.05)
     out = tmp_path / "params.pt"
     result = run_training(RunConfig(workload=spec, workers=W, batch_size=B, steps=STEPS,
-                                    final_params_path=str(out), **kw))
+                                    final_params_path=str(out), device="cpu", **kw))
     found = torch.load(out, weights_only=True)
     initial = {n: p.detach() for n, p in spec.build_model(seed=0).named_parameters()}
     expected = single_process(spec)
@@ -82,7 +82,8 @@ def test_async_converges_to_the_known_optimum():
     with tempfile.TemporaryDirectory() as d:
         out = f"{d}/params.pt"
         result = run_training(RunConfig(workload=spec, workers=2, ps=2, mode="async",
-                                        batch_size=256, steps=80, final_params_path=out))
+                                        batch_size=256, steps=80, final_params_path=out,
+                                        device="cpu"))
         found = torch.load(out, weights_only=True)
     def centered(w):
         return (w - w.mean(0, keepdim=True)).norm()

@@ -34,7 +34,8 @@ def test_cli_exits_1_naming_the_rank_that_raised(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "scalelab", "run", "tests.toy_runner:faulty", "--input-shape",
          "6", "--num-classes", "3", "--workers", "2", "--ps", "1", "--steps", "6",
-         "--batch-size", "4", "--timeout", "20", "--quiet", "--out", str(tmp_path / "r.json")],
+         "--batch-size", "4", "--timeout", "20", "--quiet", "--device", "cpu",
+         "--out", str(tmp_path / "r.json")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -59,7 +60,7 @@ def test_a_dead_or_hung_rank_stops_every_other_rank(action, expected, tmp_path, 
     t0 = time.monotonic()
     with pytest.raises(RunFailure) as e:
         run_training(RunConfig(workload=spec, workers=2, ps=1, steps=6, batch_size=4,
-                               timeout_s=10))
+                               timeout_s=10, device="cpu"))
     took = time.monotonic() - t0
     assert str(e.value).startswith(expected), str(e.value)
     assert took < 60
