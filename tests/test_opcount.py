@@ -77,3 +77,10 @@ def test_bad_inputs():
         step_ops("resnet18", 2.5)
     with pytest.raises(ValueError):
         step_ops("no_such_model_xyz", 4)
+
+
+def test_larger_batches_derived_exactly_from_two_traces():
+    spec = WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10)
+    derived = step_ops(spec, 24)
+    traced = opcount._trace(spec.model, spec.input_shape, spec.num_classes, spec.optimizer, 24)
+    assert derived.ops == traced.ops and derived.batch_size == 24

@@ -24,8 +24,11 @@ moments and writes three (7 x parameter bytes, about 10 FLOPs per element). PyTo
 ``foreach`` implementation launches one kernel per group of up to 110 tensors for each of
 its few element-wise passes, so it is one entry with that kernel count.
 
-Results are cached per (model, input shape, classes, optimizer, batch) and are deterministic:
-the same spec gives the same list, in execution order.
+Only batches 2 and 4 are traced; a larger batch's costs are derived from them, each op's
+FLOPs and bytes being affine in the batch (exact when both traces have the same operations,
+which is checked; otherwise that batch is traced too). Results are cached per (model, input
+shape, classes, optimizer, batch) and are deterministic: the same spec gives the same list,
+in execution order.
 """
 
 from __future__ import annotations
@@ -158,7 +161,7 @@ def _optimizer_op(spec: WorkloadSpec, params: list[torch.Tensor]) -> OpCost:
 
 
 @lru_cache(maxsize=64)
-def _count(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
+def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
            batch_size: int) -> StepOps:
     spec = WorkloadSpec(model=model, input_shape=input_shape, num_classes=num_classes,
                         optimizer=optimizer)
@@ -176,6 +179,41 @@ def _count(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer
     ops = (*rec.ops, _optimizer_op(spec, params))
     return StepOps(model, tuple(input_shape), num_classes, optimizer, batch_size,
                    sum(p.numel() for p in params), ops)
+
+
+_SMALL = (2, 4)  # batches traced; larger ones are derived from these two
+
+
+def _affine(small: StepOps, large: StepOps, batch: int) -> StepOps | None:
+    """Each op's FLOPs and bytes at ``batch`` from two traced batches, when both traces
+    have the same operations in the same order: every cost is affine in the batch (inputs
+    and outputs grow with it, weights do not), so two points determine it exactly."""
+    if len(small.ops) != len(large.ops):
+        return None
+    b0, b1 = small.batch_size, large.batch_size
+    ops = []
+    for o0, o1 in zip(small.ops, large.ops):
+        if (o0.name, o0.phase, o0.tensor_core, o0.kernels) != \
+                (o1.name, o1.phase, o1.tensor_core, o1.kernels):
+            return None
+        k = (batch - b0) / (b1 - b0)
+        ops.append(OpCost(o0.name, o0.phase, o0.flops + k * (o1.flops - o0.flops),
+                          o0.bytes_fp32 + k * (o1.bytes_fp32 - o0.bytes_fp32),
+                          o0.tensor_core, o0.kernels))
+    return StepOps(small.model, small.input_shape, small.num_classes, small.optimizer, batch,
+                   small.param_count, tuple(ops))
+
+
+@lru_cache(maxsize=256)
+def _count(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
+           batch_size: int) -> StepOps:
+    if batch_size in _SMALL:
+        return _trace(model, input_shape, num_classes, optimizer, batch_size)
+    traced = [_trace(model, input_shape, num_classes, optimizer, b) for b in _SMALL]
+    derived = _affine(*traced, batch_size)
+    if derived is None:  # the operations change with the batch: trace this one
+        return _trace(model, input_shape, num_classes, optimizer, batch_size)
+    return derived
 
 
 def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
