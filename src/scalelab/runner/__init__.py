@@ -61,6 +61,19 @@ def _open_network(cfg: RunConfig, stack: ExitStack):
     return stack.enter_context(netem.emulated_network(cfg.num_hosts, cfg.emulate_network))
 
 
+def _nccl_on(ifname: str) -> dict[str, str]:
+    """NCCL environment that keeps all-reduce traffic on the emulated link ``ifname``.
+
+    NCCL ranks of one machine would otherwise talk through GPU peer-to-peer copies or
+    shared memory, around the shaped link: those transports and InfiniBand are switched off
+    and the socket transport is bound to the namespace's interface (NCCL's documented
+    NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_DISABLE, NCCL_SOCKET_IFNAME). Gloo ranks
+    ignore these. Not yet run on a GPU.
+    """
+    return {"NCCL_SOCKET_IFNAME": ifname, "NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
+            "NCCL_IB_DISABLE": "1"}
+
+
 def _write_ranks(path, workdir: Path, world_size: int) -> None:
     from scalelab.results import write_text_atomic
 
@@ -104,6 +117,7 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
                     h = cfg.host_of(r)
                     prefix = net.exec_prefix(h)
                     env["GLOO_SOCKET_IFNAME"] = net.hosts[h].ifname
+                    env.update(_nccl_on(net.hosts[h].ifname))
                 else:
                     env["GLOO_SOCKET_IFNAME"] = "lo"
                 ranks.append(RankSpec(r, cfg.describe_rank(r), prefix, env))
