@@ -260,7 +260,8 @@ def check_recommendation(spec: WorkloadSpec, plan_data: dict[str, Any], device: 
 
     rec = plan_data["recommendation"]
     setup = check_setup(rec, *host_capacity(device))
-    opts = ValidationOptions(steps=max(2, steps), warmup_steps=1)
+    # a run's steps include its warm-up (runner.report drops the first warmup_steps)
+    opts = ValidationOptions(steps=steps + 1, warmup_steps=1)
     result = run_cases(spec, [setup.config()], opts, say=say).to_dict()
     case = result["cases"][0]
     name = plan_data["inputs"].get("cluster_name", "the cluster")

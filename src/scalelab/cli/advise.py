@@ -95,7 +95,7 @@ def check_line(check: dict) -> str:
             f"{ran['batch_size']}, on loopback: predicted {c['predicted_samples_per_s']:,.1f} "
             f"samples/s (step {format_s(c['predicted_step_s'])}), measured "
             f"{c['measured_samples_per_s'] or 0:,.1f} samples/s (step "
-            f"{format_s(c['measured_step_s'])}), error {c['error'] * 100:+.1f}%")
+            f"{format_s(c['measured_step_s'])}), step-time error {c['error'] * 100:+.1f}%")
 
 
 def run(args) -> int:
