@@ -29,7 +29,8 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "run", help="train data-parallel for real (parameter servers or all-reduce) and measure",
-        description="Train MODEL data-parallel on torch.distributed (Gloo) with sharded "
+        description="Train MODEL data-parallel on torch.distributed (Gloo; NCCL for all-reduce "
+        "on GPUs) with sharded "
         "parameter servers (sync or async) or DDP, timing every phase of the step.",
         epilog=EPILOG, formatter_class=HelpFormatter)
     add_workload_options(p)
