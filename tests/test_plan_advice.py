@@ -101,3 +101,35 @@ def test_launch_command_runs_the_recommendation():
     rec = p.recommendation
     assert rec.launch.startswith("torchrun --nnodes 2 --nproc-per-node 8")
     assert f"--workers {rec.gpus}" in rec.launch and "-m scalelab run resnet50" in rec.launch
+
+
+def test_calibration_decides_the_model_and_bands_every_prediction(tmp_path):
+    from scalelab.results import write_json
+
+    cal = write_json(tmp_path / "cal.json", "calibration", {
+        "params": {"bandwidth_efficiency": 0.5}, "model": "calibrated",
+        "decision": {"model": "calibrated", "reason": "held-out error 3% < 9%"},
+        "band": {"low": 0.9, "high": 1.2, "cases": 8, "source": "held out"}})
+    wl = tmp_path / "w.toml"
+    wl.write_text("param_bytes = 102228128\nbatch_size = 64\nstep_s = 0.292\n")
+    out = tmp_path / "p.json"
+    assert main(["plan", "--workload", str(wl), "--nodes", "4", "--network", "10GbE",
+                 "--calibration", str(cal), "--out", str(out)]) == 0
+    import json
+
+    d = json.loads(out.read_text())
+    assert d["band"]["low"] == 0.9 and d["band"]["high"] == 1.2
+    for r in d["sweep"]:
+        assert r["step_s_low"] == pytest.approx(0.9 * r["step_s"])
+        assert r["samples_per_s_low"] == pytest.approx(r["samples_per_s"] / 1.2)
+    assert any("calibrated model" in t for t in d["recommendation"]["reasons"])
+    assert d["model_params"]["bandwidth_efficiency"] == 0.5
+
+
+def test_an_estimate_for_another_device_carries_its_band():
+    from scalelab.plan.compute import TargetCompute
+    from scalelab.plan.recommend import _band
+
+    band = _band(PlanOptions(), TargetCompute(0.1, True, (), (), band=0.12))
+    assert band.low == pytest.approx(0.88) and band.high == pytest.approx(1.12)
+    assert _band(PlanOptions(), TargetCompute(0.1, False, (), ())) is None

@@ -151,10 +151,12 @@ def build_plan(args):
         "cpu_cores_per_node": args.cpu_cores_per_node,
     }
     cluster = planner.load_cluster(args.cluster, overrides)
-    params = planner.load_calibration(args.calibration) if args.calibration else None
+    cal = planner.load_calibration_file(args.calibration) if args.calibration else None
     options = planner.PlanOptions(
         target_efficiency=args.target_efficiency, max_gpus=args.max_gpus,
-        batch_size=args.batch_size, loader_workers=args.loader_workers, params=params,
+        batch_size=args.batch_size, loader_workers=args.loader_workers,
+        params=cal.params if cal else None, band=cal.band if cal else None,
+        calibration_model=cal.model if cal else None,
         **({"default_mfu": args.mfu} if args.mfu is not None else {}),
     )
     return inp, cluster, planner.plan(inp, cluster, options)
@@ -182,9 +184,16 @@ def _table(plan) -> Table:
         t.add_row(r.architecture, str(r.gpus), str(r.nodes), str(r.num_ps or "-"),
                   planner.format_s(r.compute_s), planner.format_s(r.comm_s),
                   planner.format_s(r.io_s), planner.format_s(r.step_s),
-                  f"{r.samples_per_s:,.0f}", f"{r.speedup:.2f}", floor2(r.efficiency),
+                  _samples(r), f"{r.speedup:.2f}", floor2(r.efficiency),
                   r.bottleneck)
     return t
+
+
+def _samples(r) -> str:
+    """samples/s, with its band's range when the plan has one."""
+    if r.samples_per_s_low is None:
+        return f"{r.samples_per_s:,.0f}"
+    return f"{r.samples_per_s:,.0f} ({r.samples_per_s_low:,.0f}-{r.samples_per_s_high:,.0f})"
 
 
 def _summary(plan) -> str:
@@ -212,8 +221,10 @@ def _summary(plan) -> str:
                 f"efficiency {target:g}{alts}; {need}")
     ps = (f", {plural(r.num_ps, 'parameter server')} (lemma minimum {r.num_ps_min})"
           if r.architecture == "ps" and r.num_ps else "")
+    rng = ("" if r.samples_per_s_low is None else
+           f" ({r.samples_per_s_low:,.0f}-{r.samples_per_s_high:,.0f})")
     return (f"recommend {r.architecture} on {plural(r.gpus, 'GPU')} at batch "
-            f"{r.batch_size}{ps}: {r.samples_per_s:,.0f} samples/s, efficiency "
+            f"{r.batch_size}{ps}: {r.samples_per_s:,.0f}{rng} samples/s, efficiency "
             f"{floor2(r.efficiency)}{alts}; {need}")
 
 

@@ -13,8 +13,10 @@
 from scalelab.plan.cluster import PLACEMENTS, Cluster, load_cluster
 from scalelab.plan.compute import TargetCompute, target_compute
 from scalelab.plan.inputs import (
+    CalibrationInput,
     PlanInput,
     load_calibration,
+    load_calibration_file,
     load_input,
     load_profile,
     load_workload,
@@ -37,7 +39,8 @@ from scalelab.plan.sweep import SweepRow, network_sweep, sweep_architecture
 from scalelab.plan.text import format_bytes, format_gbps, format_s
 
 __all__ = [
-    "ARCHITECTURES", "BOTTLENECKS", "DEFAULT_MFU", "LARGE_BATCH", "PLACEMENTS", "Cluster",
+    "ARCHITECTURES", "BOTTLENECKS", "CalibrationInput", "load_calibration_file",
+    "DEFAULT_MFU", "LARGE_BATCH", "PLACEMENTS", "Cluster",
     "ModelParams", "Plan", "PlanInput", "PlanOptions", "Reason", "Recommendation",
     "StepPrediction", "StepSetup", "StepWorkload", "SweepRow", "TargetCompute",
     "format_bytes", "format_gbps", "format_s", "load_calibration", "load_cluster",

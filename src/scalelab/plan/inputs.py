@@ -15,6 +15,7 @@ from typing import Any
 from scalelab.errors import UsageError
 from scalelab.plan.step import ModelParams
 from scalelab.results import read_json, read_toml
+from scalelab.theory.band import ErrorBand
 
 
 @dataclass(frozen=True)
@@ -237,8 +238,34 @@ def load_input(path: str | Path) -> PlanInput:
 
 def load_calibration(path: str | Path) -> ModelParams:
     """``params`` of a ``scalelab.calibration/1`` file as :class:`ModelParams`."""
+    return load_calibration_file(path).params
+
+
+@dataclass(frozen=True)
+class CalibrationInput:
+    """What a plan takes from ``calibration.json``: the model to use and its band."""
+
+    params: ModelParams
+    """The parameters the calibration decided on (fitted, or the prior when rejected)."""
+    model: str
+    """'calibrated' or 'uncalibrated': which model the held-out errors chose."""
+    reason: str
+    """Why."""
+    band: ErrorBand | None
+    """measured/predicted range on held-out cases (None in older files)."""
+
+
+def load_calibration_file(path: str | Path) -> CalibrationInput:
+    """A ``scalelab.calibration/1`` file: params, the decision and the band."""
     data = read_json(path, "calibration")
     params = data.get("params")
     if not isinstance(params, dict):
         raise UsageError(f"{path}: calibration file has no 'params' object")
-    return ModelParams.from_dict(params)
+    decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
+    try:
+        band = ErrorBand.from_dict(data["band"]) if data.get("band") else None
+    except (KeyError, TypeError, ValueError) as e:
+        raise UsageError(f"{path}: the calibration's band is invalid ({e})") from None
+    return CalibrationInput(ModelParams.from_dict(params),
+                            str(data.get("model") or decision.get("model") or "calibrated"),
+                            str(decision.get("reason") or ""), band)

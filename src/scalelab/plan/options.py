@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from scalelab import hardware
 from scalelab.errors import UsageError
 from scalelab.plan.step import ARCHITECTURES, ModelParams
+from scalelab.theory.band import ErrorBand
 
 DEFAULT_MFU = 0.4
 
@@ -31,6 +32,10 @@ class PlanOptions:
     """Assumed fraction of peak when the source device's peak is unknown."""
     precision: str | None = None
     """Precision the target trains in: fp32|tf32|bf16|fp16 (default: the device's default)."""
+    band: ErrorBand | None = None
+    """The model's measured/predicted range (a calibration's held-out errors)."""
+    calibration_model: str | None = None
+    """'calibrated' or 'uncalibrated' when the parameters came from a calibration file."""
 
     def __post_init__(self):
         if not (isinstance(self.target_efficiency, (int, float))

@@ -36,6 +36,7 @@ from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
 from scalelab.plan.sweep import SweepRow, device_counts, sweep_architecture
 from scalelab.plan.text import format_s
 from scalelab.theory import io as theory_io
+from scalelab.theory.band import ErrorBand, combine, relative_band
 
 LARGE_BATCH = 8192
 
@@ -78,6 +79,10 @@ class Recommendation:
     """A command that runs the recommendation."""
     too_small: str | None = None
     """Set when one step is too short for the cluster to matter (the figures are bounds)."""
+    samples_per_s_low: float | None = None
+    """Throughput at the band's slow end (None: no band)."""
+    samples_per_s_high: float | None = None
+    """Throughput at the band's fast end."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -105,9 +110,12 @@ class Plan:
     """The step model's parameters (neutral, or calibrated)."""
     ps_sizing: advice.PsSizing | None = None
     """Servers for the ps architecture: at the recommendation, or at full size as a what-if."""
+    band: ErrorBand | None = None
+    """measured/predicted range every predicted step carries (None: no evidence for one)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "band": self.band.to_dict() if self.band else None,
             "ps_sizing": self.ps_sizing.to_dict() if self.ps_sizing else None,
             "inputs": self.inputs,
             "estimate": self.estimate,
@@ -173,6 +181,14 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
                     derive), tc
 
 
+def _band(options: PlanOptions, tc) -> ErrorBand | None:
+    """The prediction's band: the calibration's held-out range, widened by the compute
+    estimate's band when T_C was estimated for another device."""
+    compute = (relative_band(min(tc.band, 0.95), "compute estimate (leave-one-out)")
+               if tc.estimate and tc.band else None)
+    return combine(options.band, compute)
+
+
 def _load_s_per_batch(inp: PlanInput, batch: int) -> float | None:
     """One process's input time for a minibatch of ``batch``: b x t_sample."""
     if inp.load_s_per_sample:
@@ -232,6 +248,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
                                       target_efficiency=options.target_efficiency,
                                       derive_overlap=st.derive_overlap, io_at=io_at(st))
                 for a in archs}
+    band = _band(options, tc)
+    all_rows = {a: [r.with_band(band) for r in rows] for a, rows in all_rows.items()}
     shown = set(device_counts(max_gpus))
     sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
     choice = advice.choose(all_rows, archs, options.target_efficiency, cluster.architecture)
@@ -260,10 +278,11 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         intra_node_gbps_needed=intra_gbps, samples_per_s=row.samples_per_s,
         efficiency=row.efficiency, cost_per_1k_samples=row.cost_per_1k_samples,
         cheapest=cheapest, alternatives=alts, too_small=small,
+        samples_per_s_low=row.samples_per_s_low, samples_per_s_high=row.samples_per_s_high,
         launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch),
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
-                tc.estimate, st.params, ps)
+                tc.estimate, st.params, ps, band)
 
 
 def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
@@ -280,7 +299,10 @@ def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
         notes.warn("estimate", "estimate: compute time scaled to another device; profile on "
                    "the target device to measure it")
     if st.options.params is not None:
-        notes.why("calibration", "model parameters from calibration: " + ", ".join(
+        which = st.options.calibration_model or "calibrated"
+        notes.why("calibration", f"model parameters from the calibration file ({which} model"
+                  + (", the fit was rejected by its held-out error" if which == "uncalibrated"
+                     else "") + "): " + ", ".join(
             f"{k}={v:g}" for k, v in st.params.to_dict().items()))
     intra_name = st.cluster.intra_link()[1]
     if "pcie3" in intra_name and "assumed" in intra_name and st.cluster.gpus_per_node > 1:

@@ -23,6 +23,7 @@ from scalelab.plan.step import (
     predict_step,
 )
 from scalelab.theory import amdahl, sharding, sizing
+from scalelab.theory.band import ErrorBand
 from scalelab.theory.units import ceil_div
 
 ASSUMED_HOST_LINK = "pcie3"  # a colocated server's host link when neither cluster nor device says
@@ -64,6 +65,23 @@ class SweepRow:
     """The exchange's form (push-then-pull, pipelined, ring all-reduce, ...)."""
     cost_per_1k_samples: float | None = None
     """price x G / samples_per_s x 1000, when the cluster has a price."""
+    step_s_low: float | None = None
+    """Lower end of the step's band, seconds (None: no band)."""
+    step_s_high: float | None = None
+    """Upper end of the step's band, seconds."""
+    samples_per_s_low: float | None = None
+    """Throughput at the band's slow end."""
+    samples_per_s_high: float | None = None
+    """Throughput at the band's fast end."""
+
+    def with_band(self, band: ErrorBand | None) -> SweepRow:
+        """This row with its step and throughput ranges from ``band``."""
+        if band is None:
+            return self
+        lo, hi = band.time_s(self.step_s)
+        slo, shi = band.rate(self.samples_per_s)
+        return dataclasses.replace(self, step_s_low=lo, step_s_high=hi, samples_per_s_low=slo,
+                                   samples_per_s_high=shi)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

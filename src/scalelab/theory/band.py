@@ -69,3 +69,19 @@ def band_from_log_errors(log_errors: list[float], source: str = "") -> ErrorBand
     low = min(1.0, math.exp(-max(log_errors)))
     high = max(1.0, math.exp(-min(log_errors)))
     return ErrorBand(low, high, len(log_errors), source)
+
+
+def relative_band(band: float, source: str = "") -> ErrorBand:
+    """A symmetric relative band ``+-b`` as a multiplicative one: ``[1 - b, 1 + b]``."""
+    if not 0 <= band < 1:
+        raise ValueError(f"a relative band must be in [0, 1), got {band}")
+    return ErrorBand(1.0 - band, 1.0 + band, 0, source)
+
+
+def combine(a: ErrorBand | None, b: ErrorBand | None) -> ErrorBand | None:
+    """Two independent multiplicative errors on one prediction: the factors multiply,
+    ``[low_a low_b, high_a high_b]`` (the widest the pair can make it)."""
+    if a is None or b is None:
+        return a or b
+    return ErrorBand(a.low * b.low, a.high * b.high, min(a.cases, b.cases) or
+                     max(a.cases, b.cases), "; ".join(x for x in (a.source, b.source) if x))
