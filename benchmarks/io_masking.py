@@ -78,7 +78,7 @@ def _run(spec, args, data: str | None, loaders: int) -> dict:
     result = run_training(RunConfig(
         workload=spec, workers=1, architecture="allreduce", batch_size=args.batch_size,
         steps=args.steps, warmup_steps=args.warmup_steps, data=data, loader_workers=loaders,
-        threads=1, seed=0, timeout_s=120))
+        threads=1, seed=0, timeout_s=120, device="cpu"))
     st = result["steps"]
     busy = st["step_s"]["median"] - (st["data_s"]["median"] if data and loaders else 0.0)
     return {"loader_workers": loaders if data else None, "data": "folder" if data else

@@ -65,7 +65,7 @@ def test_resume_and_out_of_order_steps_give_the_same_batches(folder):
 def test_loader_processes_end_on_close_and_on_error(folder):
     before = _children()
     cfg = RunConfig(workload=SPEC, workers=W, batch_size=B, steps=STEPS, data=folder,
-                    loader_workers=2)
+                    loader_workers=2, device="cpu")
     with open_shards(cfg, 0) as loader:
         loader.shard(0, 0)
         assert len(_children() - before) == 2
@@ -75,10 +75,20 @@ def test_loader_processes_end_on_close_and_on_error(folder):
         assert len(_children() - before) == 2
         raise RuntimeError("boom")
     assert _children() - before == set()
-    synthetic = RunConfig(workload=SPEC, workers=W, batch_size=B, steps=STEPS)
+    synthetic = RunConfig(workload=SPEC, workers=W, batch_size=B, steps=STEPS, device="cpu")
     with open_shards(synthetic, 0) as shards:
         assert shards.shard(0, 0)[0].shape == (B, 1, 6, 6)
     assert _children() - before == set()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_batches_in_pinned_memory_for_a_gpu(folder):
+    base = make_shards(SPEC, folder, seed=1, workers=W, batch_size=B)
+    with LoaderShards(base, 1, STEPS, 2, pin_memory=True) as loader:
+        x, y = loader.shard(0, 1)
+        assert x.is_pinned() and y.is_pinned()
+        assert torch.equal(x, base.shard(0, 1)[0])
 
 
 def test_negative_loader_workers_is_one_line_and_exit_2(folder, capsys, tmp_path):
@@ -108,7 +118,7 @@ def test_image_folder_through_two_loaders_matches_one_process(architecture, fold
     out = tmp_path / "params.pt"
     result = run_training(RunConfig(
         workload=SPEC, workers=W, architecture=architecture, batch_size=B, steps=STEPS,
-        data=folder, loader_workers=2, threads=1, final_params_path=str(out)))
+        data=folder, loader_workers=2, threads=1, final_params_path=str(out), device="cpu"))
     found = torch.load(out, weights_only=True)
     expected = _one_process(folder)
     initial = {n: p.detach() for n, p in SPEC.build_model(seed=0).named_parameters()}
@@ -124,7 +134,7 @@ def test_image_folder_through_two_loaders_matches_one_process(architecture, fold
 def test_resumed_run_reads_the_batches_the_interrupted_run_would_have(folder, tmp_path):
     torch.set_num_threads(1)
     base = dict(workload=SPEC, workers=W, architecture="allreduce", batch_size=B, data=folder,
-                loader_workers=2, threads=1)
+                loader_workers=2, threads=1, device="cpu")
     whole = run_training(RunConfig(steps=STEPS, **base))
     ckpt = str(tmp_path / "ckpt")
     run_training(RunConfig(steps=3, checkpoint_dir=ckpt, checkpoint_every=3, **base))
