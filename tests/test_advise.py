@@ -169,6 +169,8 @@ def test_console_line_plurals_units_and_cluster():
     assert "1 node x 8 A100, 10GbE" in one
     ps = recommendation_line(_plan(architecture="ps", gpus=8, num_ps=1, num_ps_min=1))
     assert "on 8 devices" in ps and "1 parameter server " in ps
+    alone = recommendation_line(_plan(architecture="ps", gpus=1, num_ps=0, num_ps_min=0))
+    assert "parameter server" not in alone
 
 
 def test_every_help_shows_its_defaults():

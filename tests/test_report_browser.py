@@ -104,6 +104,9 @@ def test_every_card_names_its_cluster_and_alternatives(tmp_path):
             f"efficiency {full['efficiency']:.2f}") in cards[0]
     assert "all 8 GPUs (allreduce) would give" in cards[1]
     assert "ps on the same 5 GPUs:" in cards[0]
+    one = _plan("one", 1, 8, "10GbE", 1)
+    html = render_report(collect_inputs([write_json(tmp_path / "one.json", "plan", one)]))
+    assert "on the same 1 GPU" not in html and "all 8 GPUs (allreduce) would give" in html
 
 
 def test_captions_match_the_figures():

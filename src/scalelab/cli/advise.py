@@ -71,7 +71,7 @@ def recommendation_line(p: dict) -> str:
 
     r = p["recommendation"]
     servers = (f", {plural(r['num_ps'], 'parameter server')} (lemma minimum {r['num_ps_min']})"
-               if r["architecture"] == "ps" else "")
+               if r["architecture"] == "ps" and r["num_ps"] else "")
     return (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): batch {r['batch_size']}"
             f"/device, {r['algorithm'] or 'default computation'}, {r['architecture']} on "
             f"{plural(r['gpus'], 'device')}{servers}: {r['samples_per_s']:,.0f} samples/s at "

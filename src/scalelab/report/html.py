@@ -161,7 +161,7 @@ def alternatives(p: dict) -> list[str]:
                 None)
     if not out and full is not None and total != gpus:
         out.append(_row_text(full, f"all {total} GPUs ({arch}) would give"))
-    for r in rows:
+    for r in rows if isinstance(gpus, int) and gpus > 1 else []:  # one device: no exchange
         if r.get("gpus") == gpus and r.get("architecture") != arch:
             out.append(_row_text(r, f"{r['architecture']} on the same "
                                     f"{_plural(gpus, 'GPU')}:"))
@@ -188,7 +188,7 @@ def _recommendations(inputs: ReportInputs) -> list[dict]:
                 ("architecture", arch),
                 ("devices", f"{gpus} of {total}" if total else gpus),
                 ("parameter servers", f"{rec.get('num_ps')} (min {rec.get('num_ps_min')})"
-                 if arch == "ps" else "-"),
+                 if arch == "ps" and rec.get("num_ps") else "-"),
                 ("network needed", format_gbps(rec["network_gbps_needed"])
                  if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
                 ("loader processes", rec.get("loader_workers")),
