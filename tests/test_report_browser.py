@@ -271,3 +271,7 @@ def test_the_planners_alternatives_and_launch_on_the_card(tmp_path):
     assert "all 32: allreduce on 32 GPUs would give 17,453 samples/s at efficiency 0.71" in card
     assert "one node: allreduce on 8 GPUs would give 6,021 samples/s at efficiency 0.93" in card
     assert "torchrun --nnodes 1 --nproc-per-node 5 -m scalelab run" in card
+    plan["recommendation"].update(samples_per_s_low=900.0, samples_per_s_high=2100.5)
+    html = render_report(collect_inputs([write_json(tmp_path / "p.json", "plan", plan)]))
+    rate = plan["recommendation"]["samples_per_s"]
+    assert f"{rate:,.0f} (900-2,100)" in cards_of(html)[0]

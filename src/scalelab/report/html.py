@@ -168,6 +168,17 @@ def alternatives(p: dict) -> list[str]:
     return out
 
 
+def _rate_text(rec: dict) -> str:
+    """The predicted samples/s, with its band when the plan carries one."""
+    x, lo, hi = (rec.get(k) for k in ("samples_per_s", "samples_per_s_low",
+                                      "samples_per_s_high"))
+    if not isinstance(x, (int, float)):
+        return "-"
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and hi > lo:
+        return f"{x:,.0f} ({lo:,.0f}-{hi:,.0f})"
+    return f"{x:,.0f}"
+
+
 def _recommendations(inputs: ReportInputs) -> list[dict]:
     """The headline: one recommendation per plan, else what the profile chose."""
     from scalelab.plan.text import format_gbps
@@ -192,8 +203,7 @@ def _recommendations(inputs: ReportInputs) -> list[dict]:
                 ("network needed", format_gbps(rec["network_gbps_needed"])
                  if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
                 ("loader processes", rec.get("loader_workers")),
-                ("samples/s", f"{rec['samples_per_s']:,.0f}"
-                 if isinstance(rec.get("samples_per_s"), (int, float)) else "-"),
+                ("samples/s", _rate_text(rec)),
             ],
             "alternatives": alternatives(p),
             "launch": rec.get("launch") or "",
