@@ -273,7 +273,8 @@ def test_cluster_with_network_and_network_gbps_is_a_usage_error(tmp_path, cache,
 def test_one_of_a_kind_is_singular_in_cli_and_report_text():
     from scalelab.cli.calibrate import table as calibrate_table
     from scalelab.cli.validate import summary_lines
-    from scalelab.report.html import _summary, cluster_summary
+    from scalelab.report.cards import cluster_summary
+    from scalelab.report.html import _summary
 
     assert summary_lines({"link": {}, "median_abs_error": 0.1, "max_abs_error": 0.1,
                           "cases": [{}]})[-1].endswith("(1 case)")

@@ -9,7 +9,8 @@ from html.parser import HTMLParser
 import pytest
 
 from scalelab.report import collect_inputs, render_report
-from scalelab.report.html import batch_caption, scaling_caption, sweep_rows
+from scalelab.report.cards import sweep_rows
+from scalelab.report.html import batch_caption, scaling_caption
 from scalelab.results import write_json
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -81,7 +81,7 @@ def recommendation_line(p: dict) -> str:
 
 def cluster_text(p: dict) -> str:
     """``4 nodes x 8 A100-SXM-80GB, 100GbE``: the cluster a plan is for."""
-    from scalelab.report.html import cluster_summary
+    from scalelab.report.cards import cluster_summary
 
     return cluster_summary(p)
 
@@ -147,7 +147,7 @@ def print_advice(model: str, result) -> None:
     console.print(f"[bold]{head}[/bold]")
     if result.profile_note:
         console.print(f"  profile: {result.profile_note}", highlight=False)
-    from scalelab.report.html import alternatives
+    from scalelab.report.cards import alternatives
 
     for p in result.plans:
         console.print(recommendation_line(p), highlight=False)
