@@ -285,3 +285,23 @@ def test_one_of_a_kind_is_singular_in_cli_and_report_text():
     text = cluster_summary({"inputs": {"cluster": {"nodes": 1, "gpus_per_node": 1,
                                                    "network": "10GbE"}}})
     assert text == "1 node x 1 GPU, 10GbE"
+
+
+def test_help_examples_work_from_any_folder(tmp_path, monkeypatch, capsys):
+    """No --help example names a path under the repository; plan's workload examples run
+    from an empty folder (the files ship inside the package)."""
+    import argparse
+    import shlex
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, p in sub.choices.items():
+        assert "examples/" not in (p.epilog or ""), name
+    monkeypatch.chdir(tmp_path)
+    epilog = sub.choices["plan"].epilog.replace("\\\n", " ")
+    runnable = [line.split("scalelab ", 1)[1] for line in epilog.splitlines()
+                if line.strip().startswith("scalelab plan --workload")]
+    assert runnable
+    for line in runnable:
+        args = [a for a in shlex.split(line) if a != "--plot" and not a.endswith(".png")]
+        assert main([*args, "--quiet"]) == 0, line

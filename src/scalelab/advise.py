@@ -123,17 +123,24 @@ def default_clusters() -> list[Path]:
     return sorted(EXAMPLES_DIR.glob("cluster-*.toml")) if EXAMPLES_DIR.is_dir() else []
 
 
-def resolve_cluster(arg: str | os.PathLike) -> Path:
-    """A ``--cluster`` argument: a file, else the name of a shipped example
-    (``cluster-4x8-a100-100gbe``, with or without ``.toml``), from any directory."""
+def resolve_example(arg: str | os.PathLike, option: str = "--cluster") -> Path:
+    """A file argument: the file, else the name of a file shipped in :data:`EXAMPLES_DIR`
+    (``cluster-4x8-a100-100gbe``, ``workload.toml``; ``.toml`` optional), so that the
+    examples in ``--help`` work from any folder. A file here wins over an example."""
     path = Path(arg)
     if path.exists() or path.parent != Path("."):
         return path
     shipped = EXAMPLES_DIR / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
     if shipped.is_file():
         return shipped
-    raise UsageError(f"--cluster {arg}: no such file, and no shipped example of that name "
-                     f"(examples: {', '.join(example_names()) or 'none installed'})")
+    names = sorted(p.stem for p in EXAMPLES_DIR.glob("*.toml")) if EXAMPLES_DIR.is_dir() else []
+    raise UsageError(f"{option} {arg}: no such file, and no shipped example of that name "
+                     f"(examples: {', '.join(names) or 'none installed'})")
+
+
+def resolve_cluster(arg: str | os.PathLike) -> Path:
+    """A ``--cluster`` argument: a file, or a shipped example's name."""
+    return resolve_example(arg, "--cluster")
 
 
 def this_machine_cluster(profile: dict):

@@ -11,10 +11,10 @@ from rich.table import Table
 from scalelab.cli import HelpFormatter
 from scalelab.cli._common import console, err_console, positive_int
 
-EPILOG = """examples:
-  scalelab plan --profile profile.json --cluster examples/cluster-4x8-a100-100gbe.toml
-  scalelab plan --workload examples/workload.toml --cluster examples/cluster-16x-10gbe-ps.toml
-  scalelab plan --workload examples/workload.toml --nodes 8 --network 10GbE --ps auto \\
+EPILOG = """examples (--cluster and --workload take a file or a shipped example's name):
+  scalelab plan --profile profile.json --cluster cluster-4x8-a100-100gbe
+  scalelab plan --workload workload.toml --cluster cluster-16x-10gbe-ps
+  scalelab plan --workload workload.toml --nodes 8 --network 10GbE --ps auto \\
       --plot plan.png
   scalelab plan --profile profile.json --device H100-SXM --nodes 4 --gpus-per-node 8 \\
       --network IB-NDR --architecture allreduce --target-efficiency 0.9 --json
@@ -133,9 +133,10 @@ def _fraction_int(text: str) -> int:
 def build_plan(args):
     """The plan the command line asks for (a :class:`scalelab.plan.Plan`)."""
     from scalelab import plan as planner
+    from scalelab.advise import resolve_example
 
     inp = (planner.load_profile(args.profile) if args.profile
-           else planner.load_workload(args.workload))
+           else planner.load_workload(resolve_example(args.workload, "--workload")))
     overrides = {
         "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "device": args.device,
         "intra_node": args.intra_node, "intra_node_gbps": args.intra_node_gbps,
@@ -150,7 +151,8 @@ def build_plan(args):
         "accumulation_steps": args.accumulation_steps, "precision": args.precision,
         "cpu_cores_per_node": args.cpu_cores_per_node,
     }
-    cluster = planner.load_cluster(args.cluster, overrides)
+    cluster = planner.load_cluster(resolve_example(args.cluster) if args.cluster else None,
+                                   overrides)
     cal = planner.load_calibration_file(args.calibration) if args.calibration else None
     options = planner.PlanOptions(
         target_efficiency=args.target_efficiency, max_gpus=args.max_gpus,
