@@ -273,6 +273,15 @@ def _recommend(profile: dict, workers: int, link: dict, compute_s: float, batch_
     return inp, plan(worker, cluster, opts)
 
 
+def _servers_for(the_plan, workers: int) -> int:
+    """The plan's parameter servers for ``workers`` devices (the comparison's fixed count),
+    whatever device count it recommends."""
+    rows = [r for r in the_plan.sweep if r.architecture == "ps" and r.gpus == workers]
+    if not rows:
+        raise RunFailure(f"the plan has no parameter-server row for {workers} workers")
+    return max(1, int(rows[0].num_ps))
+
+
 def _case(cfg: StepConfig, workers: int, rate: str | None) -> dict[str, Any]:
     return {"workers": workers, "ps": cfg.ps, "architecture": "ps",
             "partition": cfg.partition, "batch_size": cfg.batch_size, "rate": rate}
@@ -364,7 +373,7 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     inp, the_plan = _recommend(profile, w, link, at_rec.worker_compute_s, rec_batch, form,
                                o.target_efficiency)
     rec = the_plan.recommendation
-    recommended = StepConfig(batch_size=rec.batch_size, ps=max(1, rec.num_ps),
+    recommended = StepConfig(batch_size=rec.batch_size, ps=_servers_for(the_plan, w),
                              partition="balanced", algorithm=rec.algorithm or "default",
                              loader_workers=rec.loader_workers)
     changes, skipped = ablation(base, recommended, o.one_at_a_time)
