@@ -133,3 +133,24 @@ def test_an_estimate_for_another_device_carries_its_band():
     band = _band(PlanOptions(), TargetCompute(0.1, True, (), (), band=0.12))
     assert band.low == pytest.approx(0.88) and band.high == pytest.approx(1.12)
     assert _band(PlanOptions(), TargetCompute(0.1, False, (), ())) is None
+
+
+def test_advice_says_which_batch_would_scale_to_the_whole_cluster():
+    inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 32, "step_s": 0.05})
+    c = Cluster(nodes=8, network="10GbE", architecture="allreduce", overlap=0.0)
+    p = plan(inp, c, PlanOptions(architectures=("allreduce",)))
+    rec = p.recommendation
+    assert rec.gpus < 8
+    text = next(str(r) for r in rec.reasons if "raise the per-device batch" in str(r))
+    need = int(text.split("to about ")[1].split(" ")[0].replace(",", ""))
+    # at that batch the same cluster keeps the target on all 8
+    scaled = workload_from_dict({"param_bytes": 100_000_000, "batch_size": need,
+                                 "step_s": 0.05 * need / 32})
+    top = [r for r in plan(scaled, c, PlanOptions(architectures=("allreduce",))).sweep][-1]
+    assert top.gpus == 8 and top.efficiency >= 0.8 - 1e-9
+
+
+def test_one_gpu_launch_needs_no_torchrun():
+    inp = workload_from_dict({"param_bytes": 180_000_000, "batch_size": 32, "step_s": 0.3})
+    rec = plan(inp, Cluster(nodes=2, network_gbps=1, ps=4)).recommendation
+    assert rec.gpus == 1 and rec.launch.startswith("scalelab run MODEL --workers 1")

@@ -108,6 +108,9 @@ def _table(result: dict):
     return t
 
 
+MIN_TIMED_STEPS = 5
+
+
 def run(args) -> int:
     from scalelab.cli._common import console, err_console
     from scalelab.results import write_json
@@ -137,6 +140,12 @@ def run(args) -> int:
         result = run_training(cfg, ranks_path=ranks_path)
     if not result:  # a torchrun rank other than 0
         return 0
+    timed = result.get("timed_steps")
+    if timed is not None and timed < MIN_TIMED_STEPS and not args.json:
+        err_console.print(f"warning: {timed} timed step(s) after {result['warmup_steps_used']} "
+                          f"warm-up: medians of fewer than {MIN_TIMED_STEPS} steps are noisy "
+                          f"(use --steps {MIN_TIMED_STEPS + cfg.warmup_steps} or more)",
+                          highlight=False, soft_wrap=True)
     if out:
         write_json(out, "run", result)
     if args.json:

@@ -157,6 +157,36 @@ class PsSizing:
                 "num_ps": self.num_ps, "placement": self.placement, "link": self.link}
 
 
+def batch_to_scale(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_gpus: int,
+                   notes: Notes) -> int | None:
+    """The per-device batch at which all ``max_gpus`` would keep the target, when they don't.
+
+    Compute grows with the batch and the exchange does not: with the overhead
+    ``O = T - T_C`` at ``max_gpus`` held fixed and ``T_C`` proportional to b, efficiency
+    ``T_C' / (T_C' + O) >= alpha`` needs ``T_C' >= O alpha / (1 - alpha)``, i.e.
+    ``b' = ceil(b O alpha / ((1 - alpha) T_C))``.
+    """
+    target = st.options.target_efficiency
+    if choice.row.gpus >= max_gpus or max_gpus <= 1 or target >= 1:
+        return None
+    top = all_rows[choice.architecture][max_gpus - 1]
+    overhead = top.step_s - top.compute_s
+    if overhead <= 0:
+        return None
+    b = st.batch
+    need = math.ceil(b * overhead * target / ((1 - target) * top.compute_s) - 1e-9)
+    if need <= b:
+        return None
+    fits = st.inp.max_batch_size
+    tail = (f"; the profiled device fits at most {fits}: gradient accumulation "
+            f"(accumulation_steps = {math.ceil(need / fits)}) gives the same exchange per "
+            "sample" if fits and need > fits else "")
+    notes.why("batch", f"to keep efficiency {target:g} on all {max_gpus} devices raise the "
+              f"per-device batch to about {need:,} (compute grows with the batch, the "
+              f"exchange of {format_s(overhead)} per step does not){tail}")
+    return need
+
+
 def server_reasons(st, choice: Choice, max_gpus: int, notes: Notes) -> PsSizing | None:
     """Servers of the ps setup: at the recommended scale when it uses them, else at the
     cluster's size as a what-if (the paper's question: how many servers would it take?)."""

@@ -258,6 +258,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     for how in tc.reasons:
         notes.why("compute", how)
     advice.device_reasons(st, choice, all_rows, max_gpus, notes)
+    advice.batch_to_scale(st, choice, all_rows, max_gpus, notes)
     ps = advice.server_reasons(st, choice, max_gpus, notes)
     uses_ps = ps is not None and ps.gpus == choice.row.gpus and choice.architecture == "ps"
     num_ps_min, num_ps = (ps.num_ps_min, ps.num_ps) if uses_ps else (0, 0)
@@ -330,7 +331,9 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
     per_node = min(gpus, cluster.gpus_per_node)
     shape = ",".join(str(x) for x in inp.input_shape)
     args = f"--batch-size {batch} --input-shape {shape} --num-classes {inp.num_classes}"
-    if architecture != "ps" or gpus == 1:
+    if gpus == 1:
+        return f"scalelab run {model} --workers 1 {args}"
+    if architecture != "ps":
         return (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank 0 "
                 f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
                 f"--workers {gpus} --architecture allreduce {args} --launcher torchrun")

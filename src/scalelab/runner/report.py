@@ -83,6 +83,8 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         "config": cfg.to_dict(),
         "world_size": cfg.world_size,
         "steps": steps,
+        "timed_steps": cfg.steps - warmup,
+        "warmup_steps_used": warmup,
         "server_steps": server_steps,
         "samples_per_s": samples_per_s,
         "bytes_per_step": {"worker": role_bytes("worker"), "server": role_bytes("server")},
