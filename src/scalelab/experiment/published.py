@@ -89,8 +89,7 @@ def node_cluster(series: dict, gpus: int) -> Cluster:
     if exchange == "ps-host-cpu":
         return Cluster(nodes=1, gpus_per_node=gpus, device=dev.name, intra_node=intra,
                        network="10GbE", architecture="ps", ps_placement="colocated",
-                       local_aggregation=False,
-                       gpus_per_host_link=min(gpus, dev.gpus_per_host_link or 1))
+                       local_aggregation=False)
     return Cluster(nodes=1, gpus_per_node=gpus, device=dev.name, intra_node=intra,
                    network="10GbE", architecture="allreduce")
 

@@ -73,7 +73,7 @@ def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gp
     """The whole cluster, one node, and the target's choice, in the chosen architecture."""
     rows = all_rows[choice.architecture]
     picks = [(f"all {cluster_gpus}", cluster_gpus),
-             ("one node", min(gpus_per_node, cluster_gpus)),
+             ("one node", min(gpus_per_node, cluster_gpus) if gpus_per_node > 1 else 0),
              (f"target {target:g}", choice.row.gpus)]
     out: list[Alternative] = []
     for label, g in picks:
@@ -247,7 +247,7 @@ def _colocated_reasons(st, ps_sw: Sweeper, g: int, num_ps: int, what_if: str,
               f"server over its host link ({host_name}, {format_Bps(host_Bps)}), other nodes' "
               "servers over the node's NIC")
     need = sizing.worker_bandwidth_needed_Bps(st.work.param_bytes, st.work.compute_s)
-    shared = min(st.cluster.gpus_per_host_link, g)
+    shared = min(st.cluster.host_link_sharing()[0], g)
     if need * shared > host_Bps:
         notes.why("servers", f"{what_if}host link too slow to hide the exchange: 2 S_p/T_C = "
                   f"{format_Bps(need)} per GPU x {shared} sharing it, has {format_Bps(host_Bps)}")

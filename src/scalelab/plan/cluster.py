@@ -67,8 +67,8 @@ class Cluster:
     """Each device's link to the host CPU (catalog name: pcie3, pcie4, pcie5)."""
     host_link_gbps: float | None = None
     """...or its rate in Gb/s per direction."""
-    gpus_per_host_link: int = 1
-    """Devices behind one PCIe switch uplink to the host."""
+    gpus_per_host_link: int | None = None
+    """Devices behind one PCIe switch uplink to the host (None: the device's platform, else 1)."""
     grad_dtype: str = "fp32"
     """Precision of the exchanged gradients: fp32, bf16, fp16."""
     accumulation_steps: int = 1
@@ -224,6 +224,16 @@ class Cluster:
             return dev.cpu_cores_per_node, (f"{dev.cpu_cores_per_node} cores, as in a "
                                             f"{dev.platform} ({dev.platform_source})")
         return None, "unknown (give cpu_cores_per_node)"
+
+    def host_link_sharing(self) -> tuple[int, str]:
+        """(devices behind one host-link uplink, where that comes from)."""
+        if self.gpus_per_host_link is not None:
+            return self.gpus_per_host_link, f"{self.gpus_per_host_link} per PCIe uplink (given)"
+        dev = hardware.device(self.device) if self.device else None
+        if dev is not None and dev.gpus_per_host_link:
+            return dev.gpus_per_host_link, (f"{dev.gpus_per_host_link} per PCIe switch, as in "
+                                            f"its platform ({dev.host_link_source})")
+        return 1, "one device per host link (no gpus_per_host_link given)"
 
     def grad_bytes(self, param_bytes: float) -> float:
         """S_p at the exchange's precision, from fp32 parameter bytes."""

@@ -180,7 +180,7 @@ class Sweeper:
             ps_bandwidth_Bps=None if self.colocated else self.ps_Bps,
             intra_bandwidth_Bps=self.intra, latency_s=c.latency_s,
             gpus_per_nic=self.gpus_per_nic, host_bandwidth_Bps=self.host_Bps,
-            gpus_per_host_link=c.gpus_per_host_link, bucket_bytes=self.bucket_bytes)
+            gpus_per_host_link=c.host_link_sharing()[0], bucket_bytes=self.bucket_bytes)
 
     def workload(self, gpus: int) -> StepWorkload:
         """The step's workload at ``gpus``: exposed input depends on the devices per node."""
