@@ -305,3 +305,17 @@ def test_help_examples_work_from_any_folder(tmp_path, monkeypatch, capsys):
     for line in runnable:
         args = [a for a in shlex.split(line) if a != "--plot" and not a.endswith(".png")]
         assert main([*args, "--quiet"]) == 0, line
+
+
+def test_a_multi_gpu_host_is_planned_with_its_own_device_and_links(monkeypatch):
+    import torch
+
+    from scalelab.advise import this_machine_cluster
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100 80GB HBM3")
+    c = this_machine_cluster({"device": "cuda:0"})
+    assert c.gpus_per_node == 8 and c.device == "H100-SXM"
+    bw, how = c.intra_link()
+    assert "NVLink" in how and bw == 450e9
+    assert this_machine_cluster({"device": "cpu"}) is None

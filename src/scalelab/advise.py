@@ -144,13 +144,20 @@ def resolve_cluster(arg: str | os.PathLike) -> Path:
 
 
 def this_machine_cluster(profile: dict):
-    """This machine as a cluster, when it has several GPUs (a single device has no plan)."""
+    """This machine as a cluster, when it has several GPUs (a single device has no plan).
+
+    The device is matched in the catalog by the name CUDA reports, so the plan uses its
+    device link (NVLink on SXM parts), host link and platform; an unmatched GPU leaves the
+    links unknown and the plan says what it assumed.
+    """
+    from scalelab import hardware
     from scalelab.plan import Cluster
 
-    if profile.get("device") != "cuda" or torch.cuda.device_count() < 2:
+    if not str(profile.get("device", "")).startswith("cuda") or torch.cuda.device_count() < 2:
         return None
+    matched = hardware.match_device(torch.cuda.get_device_name(0))
     return Cluster(nodes=1, gpus_per_node=torch.cuda.device_count(), network="10GbE",
-                   architecture="allreduce")
+                   architecture="allreduce", device=matched.name if matched else None)
 
 
 @dataclass

@@ -308,7 +308,8 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     run = run_training(RunConfig(
         workload=spec, workers=w, ps=cfg.ps, architecture="ps", mode="sync",
         batch_size=cfg.batch_size, steps=o.steps, warmup_steps=o.warmup_steps,
-        partition=cfg.partition, emulate_network=o.rate, timeout_s=o.timeout_s, seed=o.seed))
+        partition=cfg.partition, emulate_network=o.rate, timeout_s=o.timeout_s, seed=o.seed,
+        device="cpu"))  # predicted from CPU compute measured here, so trained on the CPU
     got = measured_parts(run)
     measured = got["samples_per_s"]
     if not measured or not got["step_s"]:

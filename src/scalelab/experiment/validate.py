@@ -266,7 +266,10 @@ def _run_config(spec, config, options: ValidationOptions):
         architecture=config["architecture"], batch_size=config["batch_size"],
         steps=options.steps, warmup_steps=options.warmup_steps,
         partition=config.get("partition") or "balanced", emulate_network=config.get("rate"),
-        timeout_s=options.timeout_s, seed=options.seed)
+        timeout_s=options.timeout_s, seed=options.seed,
+        # the cases' compute and contention are measured on this machine's CPU cores, so
+        # the runs that check them train there too (a GPU validation would need both)
+        device="cpu")
 
 
 def _one_case(spec, config, options, meas: Measurements, info, calibration,
