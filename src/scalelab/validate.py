@@ -31,7 +31,6 @@ from scalelab.experiment.validate import (  # noqa: F401
     run_validation,
     summarize,
 )
-from scalelab.report.figures.experiment import plot_validation as plot  # noqa: F401
 
 predict = predict_case
 
