@@ -154,3 +154,27 @@ def test_one_gpu_launch_needs_no_torchrun():
     inp = workload_from_dict({"param_bytes": 180_000_000, "batch_size": 32, "step_s": 0.3})
     rec = plan(inp, Cluster(nodes=2, network_gbps=1, ps=4)).recommendation
     assert rec.gpus == 1 and rec.launch.startswith("scalelab run MODEL --workers 1")
+
+
+def test_a_cpu_profiles_precision_is_not_the_gpu_plans(tmp_path):
+    from scalelab import hardware
+    from scalelab.plan import load_profile
+    from scalelab.plan.compute import target_precision
+    from tests.toy_plan import write_profile
+
+    a100 = hardware.device("A100-SXM-80GB")
+    c = Cluster(device="A100-SXM-80GB", network="100GbE")
+    path = write_profile(tmp_path / "p.json", step_s=0.2, batch=32,
+                         algorithm="channels_last+bf16_autocast")
+    inp = load_profile(path)
+    assert inp.algorithm == "channels_last+bf16_autocast"
+    assert target_precision(inp, c, PlanOptions(), a100)[0] == "tf32"
+    bf16 = Cluster(device="A100-SXM-80GB", network="100GbE", precision="bf16")
+    assert target_precision(inp, bf16, PlanOptions(), a100)[0] == "bf16"
+    assert target_precision(inp, c, PlanOptions(precision="fp16"), a100)[0] == "fp16"
+    # two CPU profiles that differ only in the CPU's winner plan the same GPU cluster
+    other = load_profile(write_profile(tmp_path / "q.json", step_s=0.2, batch=32,
+                                       algorithm="channels_last"))
+    cl = Cluster(nodes=4, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE",
+                 intra_node="nvlink3")
+    assert plan(inp, cl).recommendation.gpus == plan(other, cl).recommendation.gpus
