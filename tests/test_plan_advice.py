@@ -178,3 +178,6 @@ def test_a_cpu_profiles_precision_is_not_the_gpu_plans(tmp_path):
     cl = Cluster(nodes=4, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE",
                  intra_node="nvlink3")
     assert plan(inp, cl).recommendation.gpus == plan(other, cl).recommendation.gpus
+    rec = plan(inp, cl).recommendation
+    assert rec.algorithm.startswith("tf32") and "bf16" not in rec.algorithm
+    assert any("not carried over" in str(r) for r in rec.reasons)

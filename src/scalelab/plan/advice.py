@@ -94,9 +94,32 @@ def batch_reasons(st, notes: Notes) -> None:
                   f"batch within 5% of the best measured throughput), step {step}")
     else:
         notes.why("batch", f"batch_size {st.batch}: the workload file's measurement, step {step}")
-    if st.inp.algorithm:
-        notes.why("algorithm", f"algorithm {st.inp.algorithm}: the fastest configuration that "
-                  f"fits at batch {st.batch} in the profile")
+    algo = target_algorithm(st)
+    if algo and algo == st.inp.algorithm:
+        notes.why("algorithm", f"algorithm {algo}: the fastest configuration that fits at "
+                  f"batch {st.batch} in the profile")
+    elif algo:
+        notes.why("algorithm", f"algorithm {algo}: the precision the {st.cluster.device} "
+                  f"computes in" + (f" (the profile's {st.inp.algorithm} was chosen on "
+                                    f"{st.inp.device or 'the profiled device'} and is not "
+                                    "carried over)" if st.inp.algorithm else ""))
+
+
+def target_algorithm(st) -> str | None:
+    """The computation configuration the recommendation names: the profile's choice on the
+    profiled device, else the precision the target computes in and why."""
+    from scalelab import hardware
+    from scalelab.plan.compute import target_precision
+
+    c = st.cluster
+    if c.device is None:
+        return st.inp.algorithm
+    target = hardware.device(c.device)
+    src = hardware.match_device(st.inp.device) if st.inp.device else None
+    if src is not None and src.name == target.name:
+        return st.inp.algorithm
+    precision, why = target_precision(st.inp, c, st.options, target)
+    return f"{precision} ({why})"
 
 
 def device_reasons(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_gpus: int,

@@ -273,7 +273,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     if small:
         notes.warn("compute", small)
     rec = Recommendation(
-        batch_size=st.batch, algorithm=inp.algorithm, architecture=choice.architecture,
+        batch_size=st.batch, algorithm=advice.target_algorithm(st),
+        architecture=choice.architecture,
         gpus=row.gpus, num_ps=num_ps, num_ps_min=num_ps_min, network_gbps_needed=need_gbps,
         loader_workers=st.loaders_needed, reasons=tuple(notes.reasons),
         intra_node_gbps_needed=intra_gbps, samples_per_s=row.samples_per_s,
