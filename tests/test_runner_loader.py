@@ -32,7 +32,10 @@ def _children() -> set[int]:
     me = os.getpid()
     found = set()
     for task in Path(f"/proc/{me}/task").iterdir():
-        text = (task / "children").read_text().split()
+        try:
+            text = (task / "children").read_text().split()
+        except FileNotFoundError:  # a thread that ended while we listed them
+            continue
         found.update(int(p) for p in text)
     return found
 
