@@ -144,3 +144,66 @@ def test_compared_steps_are_dataclasses_with_the_file_form():
     assert cd["plan_compute_s"] == 0.06
     with pytest.raises(dataclasses.FrozenInstanceError):
         c.workers = 4
+
+
+def test_exposed_input_on_this_host_follows_the_free_cores():
+    from scalelab.experiment.compare import exposed_input_s
+
+    # no loader process, or no core left beside the workers' compute: all of t_load shows
+    assert exposed_input_s(0.1, 0, 0.02, workers=2, free_cores=4) == pytest.approx(0.1)
+    assert exposed_input_s(0.1, 3, 0.02, workers=2, free_cores=0) == pytest.approx(0.1)
+    assert exposed_input_s(0.1, 3, 0.02, workers=2, free_cores=-1) == pytest.approx(0.1)
+    # 2 workers' loaders on 1 free core: half a core each, a batch every 0.2 s
+    assert exposed_input_s(0.1, 1, 0.02, workers=2, free_cores=1) == pytest.approx(0.18)
+    # a core per loader: t_load / L - T_C, and hidden once L >= t_load / T_C
+    assert exposed_input_s(0.1, 2, 0.02, workers=2, free_cores=4) == pytest.approx(0.03)
+    assert exposed_input_s(0.1, 5, 0.02, workers=1, free_cores=8) == 0.0
+
+
+def test_bad_data_folder_is_one_line_exit_2(capsys, tmp_path):
+    code, out, err = _cli(capsys, *TOY, "--workers", "2", "--data", str(tmp_path / "none"))
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "no such folder" in err
+
+
+@pytest.mark.dist
+def test_compare_on_an_image_folder_runs_the_loader_step(capsys, tmp_path):
+    import torch
+
+    from scalelab.experiment.compare import exposed_input_s
+    from scalelab.imagefolder import write_image_folder
+
+    torch.set_num_threads(1)
+    write_image_folder(tmp_path / "imgs", images=48, size_px=64, classes=4, seed=0)
+    base = tmp_path / "base.toml"
+    base.write_text('partition = "balanced"\n')
+    out = tmp_path / "compare.json"
+    code, _, err = _cli(capsys, "tests.toy_compare:smallconv", "--input-shape", "3,32,32",
+                        "--num-classes", "4", "--workers", "2", "--data", str(tmp_path / "imgs"),
+                        "--baseline", str(base), "--batch-sizes", "16", "--steps", "4",
+                        "--warmup-steps", "1", "--reuse-profiles", "--out", str(out),
+                        "--quiet")
+    assert code == 0, err
+    result = read_json(out, "compare")
+    io = result["profile"]["io"]
+    assert io["load_s_per_sample"] > 0 and io["loader_workers_needed"] >= 1
+    loaders = result["recommended"]["loader_workers"]
+    assert loaders == result["recommendation"]["loader_workers"] >= 1
+    assert "loaders" not in {s["name"] for s in result["skipped"]}
+    steps = result["steps"]
+    assert steps[0]["config"]["loader_workers"] == 0
+    step = next(s for s in steps if "loader_workers" in s["applied"])
+    assert step["config"]["loader_workers"] == step["applied"]["loader_workers"] == loaders
+    for s in (steps[0], step):
+        inp = s["predicted"]["input"]
+        assert inp["loader_workers"] == s["config"]["loader_workers"]
+        assert inp["load_s_per_batch"] == pytest.approx(
+            16 * io["load_s_per_sample"] * s["inputs"]["contention"])
+        compute_s = s["inputs"]["compute_s"] * s["inputs"]["contention"]
+        assert s["predicted"]["io_s"] == pytest.approx(exposed_input_s(
+            inp["load_s_per_batch"], inp["loader_workers"], compute_s, 2, inp["loader_cores"]))
+        assert s["predicted"]["step_s"] >= compute_s + s["predicted"]["io_s"]
+        assert s["measured_samples_per_s"] > 0 and s["measured"]["data_s"] is not None
+    # the baseline decodes in the worker: the whole t_load is predicted to show
+    assert steps[0]["predicted"]["io_s"] == pytest.approx(
+        steps[0]["predicted"]["input"]["load_s_per_batch"])

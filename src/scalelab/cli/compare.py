@@ -14,6 +14,8 @@ EPILOG = """examples:
   scalelab compare resnet18 --input-shape 3,32,32 --num-classes 10 --workers 2 --rate 1gbit \\
       --out compare.json --plot compare.png
   scalelab compare alexnet --input-shape 3,64,64 --workers 2 --rate 1gbit --baseline base.toml
+  python -m scalelab.imagefolder imgs --images 512 --size 160 --classes 4
+  scalelab compare resnet18 --input-shape 3,32,32 --num-classes 4 --workers 2 --data imgs
   scalelab report compare.json --out report.html
 
 baseline (the start, unadvised; a --baseline TOML file overrides any of these keys):
@@ -25,7 +27,9 @@ baseline (the start, unadvised; a --baseline TOML file overrides any of these ke
 
 steps, in the paper's order, each predicted and trained: baseline; batch+algorithm; loaders;
 servers; balanced shards (the last one is named recommended). A recommendation the
-configuration already has is skipped. Without --rate the runs use loopback.
+configuration already has is skipped. Without --rate the runs use loopback. With --data
+the profile times the input pipeline, the baseline decodes in each worker (loader_workers 0)
+and the loaders step runs the plan's loader processes per worker.
 """
 
 
@@ -43,6 +47,9 @@ def register(subparsers) -> None:
                    help="data-parallel workers (>= 2)")
     p.add_argument("--rate", default=None, metavar="RATE",
                    help="emulate a network of links shaped to RATE (e.g. 100mbit, 1gbit)")
+    p.add_argument("--data", default=None, metavar="PATH",
+                   help="image folder (PATH/<class>/<image>) to profile and train on; the "
+                   "loader step is then run (synthetic data by default)")
     p.add_argument("--baseline", default=None, metavar="FILE",
                    help="TOML overriding the baseline's keys (see below)")
     p.add_argument("--steps", type=positive_int, default=8, metavar="N",
@@ -103,7 +110,8 @@ def table(result: dict):
     t = Table(title=f"scalelab compare: {result['model']}, {plural(result['workers'], 'worker')}, "
                     f"{result.get('rate') or 'loopback'}")
     for name, just in (("step", "left"), ("batch", "right"), ("ps", "right"),
-                       ("shards", "left"), ("pred/s", "right"), ("meas/s", "right"),
+                       ("shards", "left"), ("loaders", "right"), ("pred/s", "right"),
+                       ("meas/s", "right"),
                        ("speedup", "right"), ("pred", "right"), ("error", "right")):
         t.add_column(name, justify=just, no_wrap=True)
     t.caption = ("samples/s predicted and measured; speedup measured over the baseline, pred "
@@ -111,6 +119,7 @@ def table(result: dict):
     for s in result["steps"]:
         c = s["config"]
         t.add_row(s["name"], str(c["batch_size"]), str(c["ps"]), c["partition"],
+                  str(c["loader_workers"]) if result["options"].get("data") else "-",
                   f"{s['predicted_samples_per_s']:,.1f}", f"{s['measured_samples_per_s']:,.1f}",
                   f"{s['speedup']:.2f}x", f"{s['predicted_speedup']:.2f}x",
                   f"{s['error']:+.1%}")
@@ -132,7 +141,8 @@ def run(args) -> int:
                              steps=args.steps, warmup_steps=args.warmup_steps,
                              batch_sizes=_batch_sizes(args.batch_sizes),
                              one_at_a_time=not args.no_ablation, timeout_s=args.timeout,
-                             seed=args.seed, fresh_profiles=not args.reuse_profiles)
+                             seed=args.seed, fresh_profiles=not args.reuse_profiles,
+                             data=args.data)
     spec = workload_from_args(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         from scalelab.errors import UsageError

@@ -105,9 +105,10 @@ def _as_params(params) -> ModelParams:
     return ModelParams.from_dict(params.to_dict())
 
 
-def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None = None
-                 ) -> StepPrediction:
-    """The step model for one case; ``params`` a calibration's ``ModelParams`` (neutral).
+def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None = None,
+                 io_s: float = 0.0) -> StepPrediction:
+    """The step model for one case; ``params`` a calibration's ``ModelParams`` (neutral);
+    ``io_s`` the input time per step not hidden by loader processes (0: synthetic data).
 
     The calibrated per-message latency adds to the measured link's; every host's link
     (workers and dedicated servers alike) has the measured bandwidth.
@@ -116,7 +117,7 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
         inputs = CaseInputs.from_dict(inputs)
     params = _as_params(params)
     workload = StepWorkload(param_bytes=inputs.param_bytes, compute_s=inputs.worker_compute_s,
-                            tensor_bytes=inputs.tensor_bytes)
+                            io_s=io_s, tensor_bytes=inputs.tensor_bytes)
     setup = StepSetup(architecture=inputs.architecture, workers=inputs.workers,
                       num_ps=inputs.ps or 1, partition=inputs.partition,
                       full_duplex=inputs.full_duplex,

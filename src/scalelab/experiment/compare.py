@@ -22,6 +22,24 @@ predicted by :func:`scalelab.experiment.case.predict_case` (the planner's
 :func:`~scalelab.plan.step.predict_step`) and its error is
 ``(predicted - measured) / measured`` of samples/s.
 
+Real data (``data``, an image folder). The profile also times the input pipeline
+(:func:`scalelab.profiler.input_pipeline.profile_input`: ``t_load`` for one process, per
+sample on one core), so the plan recommends ``ceil(t_load / T_C)`` loader processes per
+worker; the baseline decodes in each worker (0 loader processes) and the ``loaders`` step
+trains with the plan's count, every run on the same folder (``RunConfig.data``). Each
+step's prediction adds the input time a worker waits for (:func:`exposed_input_s`), from:
+
+- ``t_load`` at the step's batch, ``b x load_s_per_sample``, times the case's contention:
+  decoding is CPU work on the cores the workers compute on, slowed as their compute is;
+- the cores of this host left for loaders, :func:`loader_cores`: its cores less the
+  workers' torch threads. The assumption: a worker's compute keeps its threads' cores busy,
+  and its loader processes get only what is left. On a host whose cores the workers'
+  compute already takes (2 workers of 1 thread on 2 cores) no core is left, the loaders
+  decode on their worker's cores (a worker and its loaders are one session, so one
+  scheduling group), and the model says loader processes hide nothing there: the exposed
+  input is all of ``t_load``, as without loaders. With cores left, the workers' loaders
+  share them (:func:`scalelab.theory.io.node_exposed_io_s`, G = workers).
+
 Python use::
 
     from scalelab.experiment.compare import CompareOptions, compare
@@ -42,9 +60,15 @@ from typing import Any
 
 from scalelab.errors import RunFailure, UsageError
 from scalelab.experiment.case import CaseInputs, predict_case, relative_error
-from scalelab.experiment.measure import Measurements, case_inputs, measured_parts
+from scalelab.experiment.measure import (
+    Measurements,
+    case_inputs,
+    measured_parts,
+    worker_threads,
+)
 from scalelab.results import read_toml
 from scalelab.theory import amdahl
+from scalelab.theory import io as theory_io
 from scalelab.workload import WorkloadSpec
 
 BASELINE: dict[str, Any] = {
@@ -163,6 +187,8 @@ class CompareOptions:
     profile_steps: int = 4
     fresh_profiles: bool = True
     target_efficiency: float = 0.8
+    data: str | None = None
+    """An image folder (``PATH/<class>/<image>``) to train on; None: synthetic data."""
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
@@ -183,6 +209,10 @@ class CompareOptions:
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.profile_steps < 1:
             raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
+        if self.data is not None:
+            from scalelab.imagefolder import check_folder
+
+            check_folder(self.data)
 
 
 # ----------------------------------------------------------------------------- the comparison
@@ -288,29 +318,74 @@ def _case(cfg: StepConfig, workers: int, rate: str | None) -> dict[str, Any]:
 
 
 def _options(o: CompareOptions) -> dict[str, Any]:
-    return {"steps": o.steps, "warmup_steps": o.warmup_steps,
+    return {"steps": o.steps, "warmup_steps": o.warmup_steps, "data": o.data,
             "one_at_a_time": o.one_at_a_time, "batch_sizes": list(o.batch_sizes),
             "fresh_profiles": o.fresh_profiles, "target_efficiency": o.target_efficiency}
 
 
+def loader_cores(workers: int) -> int:
+    """Cores of this host left for loader processes: its cores less the torch threads the
+    runner gives its ``workers`` workers (:func:`~scalelab.experiment.measure.worker_threads`
+    each); 0 or less when the workers' compute takes every core."""
+    from scalelab.runner.launch import cpu_count
+
+    return cpu_count() - workers * worker_threads(workers)
+
+
+def exposed_input_s(load_s_per_batch: float, loader_workers: int, compute_s: float,
+                    workers: int, free_cores: int) -> float:
+    """Input time per step a worker of this host waits for, seconds (see the module doc).
+
+    With loader processes and free cores, the ``workers`` workers' loaders share the free
+    cores (:func:`scalelab.theory.io.node_exposed_io_s` with G = workers, C = free cores).
+    Without a free core the loaders run on the cores their worker computes on (a worker and
+    its loader processes are one session, so one scheduling group): decoding in another
+    process moves the work, it does not hide it, and all of ``t_load`` shows, as with no
+    loader process (:func:`scalelab.theory.io.exposed_io_s` with L = 0).
+    """
+    if loader_workers == 0 or free_cores <= 0:
+        return theory_io.exposed_io_s(load_s_per_batch, 0, compute_s)
+    return theory_io.node_exposed_io_s(load_s_per_batch, loader_workers, compute_s,
+                                       gpus_per_node=workers, cpu_cores=free_cores)
+
+
+def _input(cfg: StepConfig, io: dict | None, inputs: CaseInputs, workers: int
+           ) -> dict[str, Any] | None:
+    """The step's input pipeline: t_load at its batch under the case's contention, the
+    loader cores of this host, and the exposed time; None on synthetic data."""
+    if not io or not io.get("load_s_per_sample"):
+        return None
+    load_s = cfg.batch_size * io["load_s_per_sample"] * inputs.contention
+    cores = loader_cores(workers)
+    exposed = exposed_input_s(load_s, cfg.loader_workers, inputs.worker_compute_s, workers,
+                              cores)
+    return {"load_s_per_batch": load_s, "loader_workers": cfg.loader_workers,
+            "loader_cores": cores, "io_s": exposed}
+
+
 def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, form: str,
-              say, label: str) -> ComparedStep:
+              io: dict | None, say, label: str) -> ComparedStep:
     """Predict one configuration, train it for real, and measure it."""
     from scalelab.runner import RunConfig, run_training
 
     cfg, w = ch.config, o.workers
     meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
     inputs = case_inputs(_case(cfg, w, o.rate), form, meas, info)
-    pred = predict_case(inputs)
+    pipeline = _input(cfg, io, inputs, w)
+    pred = predict_case(inputs, io_s=pipeline["io_s"] if pipeline else 0.0)
     predicted = amdahl.weak_throughput(w, cfg.batch_size, pred.step_s)
-    say(f"{label} {ch.name}: batch {cfg.batch_size}, ps {cfg.ps}, partition {cfg.partition}; "
-        f"predicted {predicted:,.1f} samples/s; training")
+    say(f"{label} {ch.name}: batch {cfg.batch_size}, ps {cfg.ps}, partition {cfg.partition}"
+        + (f", loaders {cfg.loader_workers}" if pipeline else "")
+        + f"; predicted {predicted:,.1f} samples/s; training")
     run = run_training(RunConfig(
         workload=spec, workers=w, ps=cfg.ps, architecture="ps", mode="sync",
         batch_size=cfg.batch_size, steps=o.steps, warmup_steps=o.warmup_steps,
         partition=cfg.partition, emulate_network=o.rate, timeout_s=o.timeout_s, seed=o.seed,
+        data=o.data, loader_workers=cfg.loader_workers,
         device="cpu"))  # predicted from CPU compute measured here, so trained on the CPU
     got = measured_parts(run)
+    data_s = run["steps"].get("data_s")
+    got["data_s"] = data_s["median"] if isinstance(data_s, dict) else None
     measured = got["samples_per_s"]
     if not measured or not got["step_s"]:
         raise RunFailure(f"step {ch.name}: the run reported no step time")
@@ -322,8 +397,9 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
         error=relative_error(predicted, measured),
         predicted={"step_s": pred.step_s, "compute_s": pred.compute_s, "comm_s": pred.comm_s,
                    "push_s": pred.push_s, "pull_s": pred.pull_s,
-                   "bottleneck": pred.bottleneck, "form": pred.form,
-                   "effective_servers": pred.effective_servers},
+                   "io_s": pred.io_s, "bottleneck": pred.bottleneck, "form": pred.form,
+                   "effective_servers": pred.effective_servers,
+                   "input": pipeline},
         measured={**got, "achieved_bandwidth_Bps": run.get("achieved_bandwidth_Bps")},
         inputs=inputs)
 
@@ -342,7 +418,8 @@ def _measured_profile(spec, o: CompareOptions, say) -> dict:
     sizes = sorted(set(o.batch_sizes) | {o.baseline.batch_size})
     say(f"profiling one device at batch sizes {', '.join(map(str, sizes))}")
     profile = run_profile(spec, ProfileOptions(batch_sizes=sizes, algorithms="none",
-                                               steps=o.profile_steps, seed=o.seed))
+                                               steps=o.profile_steps, seed=o.seed,
+                                               data=o.data or "synthetic"))
     if not isinstance(profile, dict):
         profile = profile.to_dict()
     if o.baseline.batch_size not in {r["batch_size"] for r in profile["batches"]}:
@@ -379,12 +456,20 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
                              loader_workers=rec.loader_workers)
     changes, skipped = ablation(base, recommended, o.one_at_a_time)
     notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
-             "computation configuration, so the profile compares no others",
-             f"loader_workers {recommended.loader_workers}: synthetic data, no input time "
-             "to mask"]
+             "computation configuration, so the profile compares no others"]
+    io = profile.get("io") if o.data else None
+    if io is None:
+        notes.append(f"loader_workers {recommended.loader_workers}: synthetic data, no input "
+                     "time to mask")
+    else:
+        cores = loader_cores(w)
+        notes.append(f"input: {io['load_s_per_sample'] * 1e3:.3g} ms per sample on one core; "
+                     f"{max(cores, 0)} core(s) of this host left for loader processes beside "
+                     f"{w} workers' compute" + ("" if cores > 0 else
+                                               ": loaders share their worker's cores"))
     steps = []
     for i, ch in enumerate(changes):
-        steps.append(_run_step(spec, ch, o, meas, info, form, say,
+        steps.append(_run_step(spec, ch, o, meas, info, form, io, say,
                                f"step {i + 1}/{len(changes)}"))
     env = dict(profile.get("environment") or {})
     env["load_average"] = list(os.getloadavg())
@@ -396,7 +481,8 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
         profile={"batches": [{"batch_size": r["batch_size"], "step_s": r["step_s"]}
                              for r in profile["batches"]],
                  "recommended_batch_size": rec_batch, "param_bytes": inp.param_bytes,
-                 "largest_tensor_fraction": max(tb) / sum(tb) if tb else None},
+                 "largest_tensor_fraction": max(tb) / sum(tb) if tb else None,
+                 "io": profile.get("io")},
         contention=[{"step": s.name, "batch_size": s.config["batch_size"], "workers": w,
                      "factor": s.inputs.contention} for s in steps],
         plan_compute_s=at_rec.worker_compute_s, options=_options(o),
