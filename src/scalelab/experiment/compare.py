@@ -22,23 +22,21 @@ predicted by :func:`scalelab.experiment.case.predict_case` (the planner's
 :func:`~scalelab.plan.step.predict_step`) and its error is
 ``(predicted - measured) / measured`` of samples/s.
 
-Real data (``data``, an image folder). The profile also times the input pipeline
-(:func:`scalelab.profiler.input_pipeline.profile_input`: ``t_load`` for one process, per
-sample on one core), so the plan recommends ``ceil(t_load / T_C)`` loader processes per
-worker; the baseline decodes in each worker (0 loader processes) and the ``loaders`` step
-trains with the plan's count, every run on the same folder (``RunConfig.data``). Each
-step's prediction adds the input time a worker waits for (:func:`exposed_input_s`), from:
+Real data (``data``, an image folder): the profile also times the input pipeline, so the
+plan recommends ``ceil(t_load / T_C)`` loader processes per worker; the baseline decodes in
+each worker (none) and the ``loaders`` step runs the plan's count, all on the folder
+(``RunConfig.data``). Each prediction adds the input time a worker waits for
+(:func:`exposed_input_s`), from:
 
 - ``t_load`` at the step's batch, ``b x load_s_per_sample``, times the case's contention:
   decoding is CPU work on the cores the workers compute on, slowed as their compute is;
 - the cores of this host left for loaders, :func:`loader_cores`: its cores less the
-  workers' torch threads. The assumption: a worker's compute keeps its threads' cores busy,
-  and its loader processes get only what is left. On a host whose cores the workers'
-  compute already takes (2 workers of 1 thread on 2 cores) no core is left, the loaders
-  decode on their worker's cores (a worker and its loaders are one session, so one
-  scheduling group), and the model says loader processes hide nothing there: the exposed
-  input is all of ``t_load``, as without loaders. With cores left, the workers' loaders
-  share them (:func:`scalelab.theory.io.node_exposed_io_s`, G = workers).
+  workers' torch threads. Assumed: a worker's compute keeps its threads' cores busy and its
+  loaders get only what is left. With cores left, the workers' loaders share them
+  (:func:`scalelab.theory.io.node_exposed_io_s`, G = workers). With none (2 workers of 1
+  thread on 2 cores) the loaders decode on their worker's cores (a worker and its loaders
+  are one session, so one scheduling group): another process moves the decoding, it does
+  not hide it, and all of ``t_load`` shows, as without loaders.
 
 Python use::
 
@@ -60,12 +58,7 @@ from typing import Any
 
 from scalelab.errors import RunFailure, UsageError
 from scalelab.experiment.case import CaseInputs, predict_case, relative_error
-from scalelab.experiment.measure import (
-    Measurements,
-    case_inputs,
-    measured_parts,
-    worker_threads,
-)
+from scalelab.experiment.measure import Measurements, case_inputs, measured_parts, worker_threads
 from scalelab.results import read_toml
 from scalelab.theory import amdahl
 from scalelab.theory import io as theory_io
@@ -334,15 +327,9 @@ def loader_cores(workers: int) -> int:
 
 def exposed_input_s(load_s_per_batch: float, loader_workers: int, compute_s: float,
                     workers: int, free_cores: int) -> float:
-    """Input time per step a worker of this host waits for, seconds (see the module doc).
-
-    With loader processes and free cores, the ``workers`` workers' loaders share the free
-    cores (:func:`scalelab.theory.io.node_exposed_io_s` with G = workers, C = free cores).
-    Without a free core the loaders run on the cores their worker computes on (a worker and
-    its loader processes are one session, so one scheduling group): decoding in another
-    process moves the work, it does not hide it, and all of ``t_load`` shows, as with no
-    loader process (:func:`scalelab.theory.io.exposed_io_s` with L = 0).
-    """
+    """Input time per step a worker of this host waits for, seconds: the ``workers``
+    workers' loaders share ``free_cores`` (:func:`scalelab.theory.io.node_exposed_io_s`, G =
+    workers); with no free core (or no loader) all of ``t_load`` shows (module doc)."""
     if loader_workers == 0 or free_cores <= 0:
         return theory_io.exposed_io_s(load_s_per_batch, 0, compute_s)
     return theory_io.node_exposed_io_s(load_s_per_batch, loader_workers, compute_s,
@@ -361,6 +348,16 @@ def _input(cfg: StepConfig, io: dict | None, inputs: CaseInputs, workers: int
                               cores)
     return {"load_s_per_batch": load_s, "loader_workers": cfg.loader_workers,
             "loader_cores": cores, "io_s": exposed}
+
+
+def _input_note(recommended: StepConfig, io: dict | None, workers: int) -> str:
+    if io is None:
+        return (f"loader_workers {recommended.loader_workers}: synthetic data, no input time "
+                "to mask")
+    cores = loader_cores(workers)
+    return (f"input: {io['load_s_per_sample'] * 1e3:.3g} ms per sample on one core; "
+            f"{max(cores, 0)} core(s) of this host left for loader processes beside {workers} "
+            f"workers' compute" + ("" if cores > 0 else ": loaders share their worker's cores"))
 
 
 def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, form: str,
@@ -455,18 +452,10 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
                              partition="balanced", algorithm=rec.algorithm or "default",
                              loader_workers=rec.loader_workers)
     changes, skipped = ablation(base, recommended, o.one_at_a_time)
-    notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
-             "computation configuration, so the profile compares no others"]
     io = profile.get("io") if o.data else None
-    if io is None:
-        notes.append(f"loader_workers {recommended.loader_workers}: synthetic data, no input "
-                     "time to mask")
-    else:
-        cores = loader_cores(w)
-        notes.append(f"input: {io['load_s_per_sample'] * 1e3:.3g} ms per sample on one core; "
-                     f"{max(cores, 0)} core(s) of this host left for loader processes beside "
-                     f"{w} workers' compute" + ("" if cores > 0 else
-                                               ": loaders share their worker's cores"))
+    notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
+             "computation configuration, so the profile compares no others", _input_note(
+                 recommended, io, w)]
     steps = []
     for i, ch in enumerate(changes):
         steps.append(_run_step(spec, ch, o, meas, info, form, io, say,
