@@ -147,7 +147,7 @@ def test_compared_steps_are_dataclasses_with_the_file_form():
 
 
 def test_exposed_input_on_this_host_follows_the_free_cores():
-    from scalelab.experiment.compare import exposed_input_s
+    from scalelab.experiment.loaders import exposed_input_s
 
     # no loader process, or no core left beside the workers' compute: all of t_load shows
     assert exposed_input_s(0.1, 0, 0.02, workers=2, free_cores=4) == pytest.approx(0.1)
@@ -170,7 +170,7 @@ def test_bad_data_folder_is_one_line_exit_2(capsys, tmp_path):
 def test_compare_on_an_image_folder_runs_the_loader_step(capsys, tmp_path):
     import torch
 
-    from scalelab.experiment.compare import exposed_input_s
+    from scalelab.experiment.loaders import exposed_input_s
     from scalelab.imagefolder import write_image_folder
 
     torch.set_num_threads(1)

@@ -26,11 +26,11 @@ Real data (``data``, an image folder): the profile also times the input pipeline
 plan recommends ``ceil(t_load / T_C)`` loader processes per worker; the baseline decodes in
 each worker (none) and the ``loaders`` step runs the plan's count, all on the folder
 (``RunConfig.data``). Each prediction adds the input time a worker waits for
-(:func:`exposed_input_s`), from:
+(:func:`scalelab.experiment.loaders.exposed_input_s`), from:
 
 - ``t_load`` at the step's batch, ``b x load_s_per_sample``, times the case's contention:
   decoding is CPU work on the cores the workers compute on, slowed as their compute is;
-- the cores of this host left for loaders, :func:`loader_cores`: its cores less the
+- the cores of this host left for loaders, :func:`~scalelab.experiment.loaders.loader_cores`: its cores less the
   workers' torch threads. Assumed: a worker's compute keeps its threads' cores busy and its
   loaders get only what is left. With cores left, the workers' loaders share them
   (:func:`scalelab.theory.io.node_exposed_io_s`, G = workers). With none (2 workers of 1
@@ -58,10 +58,10 @@ from typing import Any
 
 from scalelab.errors import RunFailure, UsageError
 from scalelab.experiment.case import CaseInputs, predict_case, relative_error
-from scalelab.experiment.measure import Measurements, case_inputs, measured_parts, worker_threads
+from scalelab.experiment.loaders import input_note, step_input
+from scalelab.experiment.measure import Measurements, case_inputs, measured_parts
 from scalelab.results import read_toml
 from scalelab.theory import amdahl
-from scalelab.theory import io as theory_io
 from scalelab.workload import WorkloadSpec
 
 BASELINE: dict[str, Any] = {
@@ -316,50 +316,6 @@ def _options(o: CompareOptions) -> dict[str, Any]:
             "fresh_profiles": o.fresh_profiles, "target_efficiency": o.target_efficiency}
 
 
-def loader_cores(workers: int) -> int:
-    """Cores of this host left for loader processes: its cores less the torch threads the
-    runner gives its ``workers`` workers (:func:`~scalelab.experiment.measure.worker_threads`
-    each); 0 or less when the workers' compute takes every core."""
-    from scalelab.runner.launch import cpu_count
-
-    return cpu_count() - workers * worker_threads(workers)
-
-
-def exposed_input_s(load_s_per_batch: float, loader_workers: int, compute_s: float,
-                    workers: int, free_cores: int) -> float:
-    """Input time per step a worker of this host waits for, seconds: the ``workers``
-    workers' loaders share ``free_cores`` (:func:`scalelab.theory.io.node_exposed_io_s`, G =
-    workers); with no free core (or no loader) all of ``t_load`` shows (module doc)."""
-    if loader_workers == 0 or free_cores <= 0:
-        return theory_io.exposed_io_s(load_s_per_batch, 0, compute_s)
-    return theory_io.node_exposed_io_s(load_s_per_batch, loader_workers, compute_s,
-                                       gpus_per_node=workers, cpu_cores=free_cores)
-
-
-def _input(cfg: StepConfig, io: dict | None, inputs: CaseInputs, workers: int
-           ) -> dict[str, Any] | None:
-    """The step's input pipeline: t_load at its batch under the case's contention, the
-    loader cores of this host, and the exposed time; None on synthetic data."""
-    if not io or not io.get("load_s_per_sample"):
-        return None
-    load_s = cfg.batch_size * io["load_s_per_sample"] * inputs.contention
-    cores = loader_cores(workers)
-    exposed = exposed_input_s(load_s, cfg.loader_workers, inputs.worker_compute_s, workers,
-                              cores)
-    return {"load_s_per_batch": load_s, "loader_workers": cfg.loader_workers,
-            "loader_cores": cores, "io_s": exposed}
-
-
-def _input_note(recommended: StepConfig, io: dict | None, workers: int) -> str:
-    if io is None:
-        return (f"loader_workers {recommended.loader_workers}: synthetic data, no input time "
-                "to mask")
-    cores = loader_cores(workers)
-    return (f"input: {io['load_s_per_sample'] * 1e3:.3g} ms per sample on one core; "
-            f"{max(cores, 0)} core(s) of this host left for loader processes beside {workers} "
-            f"workers' compute" + ("" if cores > 0 else ": loaders share their worker's cores"))
-
-
 def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, form: str,
               io: dict | None, say, label: str) -> ComparedStep:
     """Predict one configuration, train it for real, and measure it."""
@@ -368,7 +324,7 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     cfg, w = ch.config, o.workers
     meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
     inputs = case_inputs(_case(cfg, w, o.rate), form, meas, info)
-    pipeline = _input(cfg, io, inputs, w)
+    pipeline = step_input(cfg, io, inputs, w)
     pred = predict_case(inputs, io_s=pipeline["io_s"] if pipeline else 0.0)
     predicted = amdahl.weak_throughput(w, cfg.batch_size, pred.step_s)
     say(f"{label} {ch.name}: batch {cfg.batch_size}, ps {cfg.ps}, partition {cfg.partition}"
@@ -454,7 +410,7 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     changes, skipped = ablation(base, recommended, o.one_at_a_time)
     io = profile.get("io") if o.data else None
     notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
-             "computation configuration, so the profile compares no others", _input_note(
+             "computation configuration, so the profile compares no others", input_note(
                  recommended, io, w)]
     steps = []
     for i, ch in enumerate(changes):
