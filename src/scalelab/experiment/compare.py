@@ -30,8 +30,9 @@ each worker (none) and the ``loaders`` step runs the plan's count, all on the fo
 
 - ``t_load`` at the step's batch, ``b x load_s_per_sample``, times the case's contention:
   decoding is CPU work on the cores the workers compute on, slowed as their compute is;
-- the cores of this host left for loaders, :func:`~scalelab.experiment.loaders.loader_cores`: its cores less the
-  workers' torch threads. Assumed: a worker's compute keeps its threads' cores busy and its
+- the cores of this host left for loaders
+  (:func:`~scalelab.experiment.loaders.loader_cores`): its cores less the workers' torch
+  threads. Assumed: a worker's compute keeps its threads' cores busy and its
   loaders get only what is left. With cores left, the workers' loaders share them
   (:func:`scalelab.theory.io.node_exposed_io_s`, G = workers). With none (2 workers of 1
   thread on 2 cores) the loaders decode on their worker's cores (a worker and its loaders
