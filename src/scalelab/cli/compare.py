@@ -116,10 +116,11 @@ def table(result: dict):
         t.add_column(name, justify=just, no_wrap=True)
     t.caption = ("samples/s predicted and measured; speedup measured over the baseline, pred "
                  "the predicted one; error (predicted - measured)/measured")
+    real = bool((result.get("options") or {}).get("data"))
     for s in result["steps"]:
         c = s["config"]
         t.add_row(s["name"], str(c["batch_size"]), str(c["ps"]), c["partition"],
-                  str(c["loader_workers"]) if result["options"].get("data") else "-",
+                  str(c.get("loader_workers", 0)) if real else "-",
                   f"{s['predicted_samples_per_s']:,.1f}", f"{s['measured_samples_per_s']:,.1f}",
                   f"{s['speedup']:.2f}x", f"{s['predicted_speedup']:.2f}x",
                   f"{s['error']:+.1%}")
