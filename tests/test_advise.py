@@ -35,6 +35,7 @@ def busy_machine(monkeypatch):
     monkeypatch.setattr(os, "getloadavg", lambda: (40.0, 40.0, 40.0))
 
 
+@pytest.mark.slow
 def test_advise_writes_report_and_reuses_profile(tmp_path, cache, quiet_machine, capsys):
     out = tmp_path / "out"
     assert main(["advise", *ARGS, "--out", str(out), "--json"]) == 0
@@ -54,6 +55,7 @@ def test_advise_writes_report_and_reuses_profile(tmp_path, cache, quiet_machine,
     assert prof1["workload"]["model"] == ARGS[0]
 
 
+@pytest.mark.slow
 def test_busy_profile_is_not_cached(tmp_path, cache, busy_machine, capsys):
     """A profile measured while other jobs ran is used once, flagged, and measured again
     next time (it is never written to the cache)."""
@@ -67,6 +69,7 @@ def test_busy_profile_is_not_cached(tmp_path, cache, busy_machine, capsys):
     assert not (cache / "profiles").exists() or not list((cache / "profiles").iterdir())
 
 
+@pytest.mark.slow
 def test_busy_cache_entry_is_measured_again(tmp_path, quiet_machine):
     """A cache entry that says it was measured on a busy machine is not reused."""
     opts = ProfileOptions(batch_sizes=[2])
@@ -99,6 +102,7 @@ def test_cache_key_holds_workload_and_data(tmp_path):
     assert ident["device"] == "cpu" and ident["data"] == "synthetic"
 
 
+@pytest.mark.slow
 def test_console_shows_every_warning(tmp_path, cache, busy_machine, capsys):
     """Every warning the report shows (the profile's, each plan's) is on the console."""
     cluster = tmp_path / "c.toml"
@@ -114,6 +118,7 @@ def test_console_shows_every_warning(tmp_path, cache, busy_machine, capsys):
     assert "not cached" in text
 
 
+@pytest.mark.slow
 def test_cluster_by_example_name_from_any_folder(tmp_path, cache, quiet_machine,
                                                  monkeypatch, capsys):
     root = str(Path(__file__).resolve().parents[1])  # where the toy model's module lives

@@ -93,6 +93,7 @@ def test_run_files_use_their_own_compute_and_the_nominal_rate():
         calibration.observation_from_run(_run_json(mode="async"), "r.json")
 
 
+@pytest.mark.slow
 def test_cli_writes_a_calibration_that_plan_reads(tmp_path, capsys):
     v = tmp_path / "validation.json"
     write_json(v, "validation", {"cases": _cases(TRUE)})
@@ -160,6 +161,7 @@ RICH = [("ps", 2, 1, 25e6, 0.05), ("ps", 2, 2, 25e6, 0.05), ("ps", 4, 1, 25e6, 0
         ("allreduce", 8, 0, 62.5e6, 0.02, 4e5), ("ps", 8, 2, 62.5e6, 0.1, 1e6)]
 
 
+@pytest.mark.slow
 def test_calibration_recovers_every_true_parameter_within_5_percent():
     cal = calibration.calibrate(_observations(FIVE, RICH))
     for p in cal.fit.parameters:
@@ -244,6 +246,7 @@ def test_error_band_from_held_out_errors():
         ErrorBand(1.2, 1.5, 3)
 
 
+@pytest.mark.slow
 def test_cli_reports_the_decision_and_the_band(tmp_path, capsys):
     v = tmp_path / "validation.json"
     write_json(v, "validation", {"cases": _cases(TRUE)})

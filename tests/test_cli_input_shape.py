@@ -37,6 +37,7 @@ def test_malformed_input_shape_is_one_line_exit_2(command, shape, tmp_path, monk
     assert list(tmp_path.iterdir()) == []  # nothing ran, nothing was written
 
 
+@pytest.mark.slow
 def test_run_with_a_2d_shape_fails_before_processes_start(tmp_path):
     """The whole command, as a user runs it: one line on stderr, exit 2, and fast."""
     proc = subprocess.run(

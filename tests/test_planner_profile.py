@@ -2,11 +2,14 @@
 
 import json
 
+import pytest
+
 from scalelab.cli import main
 from scalelab.planner import Cluster, load_profile, plan
 from scalelab.results import read_json
 
 
+@pytest.mark.slow
 def test_plan_from_a_real_tiny_profile(tmp_path, capsys):
     prof = tmp_path / "profile.json"
     rc = main(["profile", "tests.toy_models:mlp", "--input-shape", "6", "--num-classes", "3",

@@ -25,6 +25,7 @@ BATCH_FIELDS = ["batch_size", "forward_s", "backward_s", "optimizer_s", "step_s"
                 "step_s_spread", "samples_per_s", "peak_memory_bytes"]
 
 
+@pytest.mark.slow
 def test_profile_json_holds_every_contract_field(tmp_path):
     out = tmp_path / "profile.json"
     assert main(["profile", CONV.model, "--input-shape", "3,16,16", "--num-classes", "4",
@@ -52,6 +53,7 @@ def test_profile_json_holds_every_contract_field(tmp_path):
     assert isinstance(prof["machine_busy"], bool)
 
 
+@pytest.mark.slow
 def test_auto_search_stops_at_cap_and_reuses_trials():
     prof = run_profile(MLP, ProfileOptions(max_batch=8, algorithms="none", steps=2))
     sizes = [r["batch_size"] for r in prof["batches"]]
@@ -81,6 +83,7 @@ def _jpeg_folder(root, n=6):
     return root
 
 
+@pytest.mark.slow
 def test_input_pipeline_with_real_folder(tmp_path):
     data = _jpeg_folder(tmp_path / "imgs")
     prof = run_profile(CONV, ProfileOptions(batch_sizes=[4], algorithms="none",
@@ -131,6 +134,7 @@ def test_bad_data_folders(tmp_path, capsys):
         assert message in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_json_output(tmp_path, capsys):
     assert main(["profile", MLP.model, "--input-shape", "6", "--num-classes", "3",
                  "--batch-sizes", "2", "--algorithms", "none", "--json",
@@ -144,6 +148,7 @@ def test_json_output(tmp_path, capsys):
 BN = WorkloadSpec("tests.toy_profiler_models:bn_cnn", input_shape=(3, 8, 8), num_classes=4)
 
 
+@pytest.mark.slow
 def test_batchnorm_at_batch_1_is_passed_over_and_the_search_goes_on():
     prof = run_profile(BN, ProfileOptions(max_batch=8, algorithms="none", steps=1))
     (u,) = prof["untrainable_batches"]
@@ -155,6 +160,7 @@ def test_batchnorm_at_batch_1_is_passed_over_and_the_search_goes_on():
     assert any("1 timed step(s) per trial (as asked; default 5)" in w for w in prof["warnings"])
 
 
+@pytest.mark.slow
 def test_listed_batch_that_does_not_train_is_noted(tmp_path, capsys):
     assert main(["profile", BN.model, "--input-shape", "3,8,8", "--num-classes", "4",
                  "--batch-sizes", "1,2", "--algorithms", "none", "--steps", "1",
@@ -164,6 +170,7 @@ def test_listed_batch_that_does_not_train_is_noted(tmp_path, capsys):
     assert [r["batch_size"] for r in read_json(tmp_path / "p.json", "profile")["batches"]] == [2]
 
 
+@pytest.mark.slow
 def test_a_model_that_trains_at_no_batch_tried_is_one_line_exit_2(tmp_path, capsys):
     assert main(["profile", "tests.toy_profiler_models:pairs_only", "--input-shape", "6",
                  "--num-classes", "3", "--batch-sizes", "3,4", "--steps", "1", "--quiet",
@@ -179,6 +186,7 @@ def test_steps_default_to_five():
     assert build_parser().parse_args(["profile", "resnet18"]).steps == 5
 
 
+@pytest.mark.slow
 def test_a_busy_machine_is_recorded_so_callers_can_refuse_to_cache(monkeypatch):
     import os
 

@@ -31,6 +31,7 @@ def _as_nobody(*args: str) -> subprocess.CompletedProcess:
     ["run", *TINY, "--workers", "2", "--steps", "2", "--emulate-network", "200mbit",
      "--out", "/tmp/never-written.json"],
 ], ids=["validate", "run"])
+@pytest.mark.slow
 def test_a_rate_without_root_exits_2_in_one_line(command):
     proc = _as_nobody(*command)
     err = proc.stderr.strip()
