@@ -163,19 +163,22 @@ def _plan(**rec):
             "num_ps": 0, "num_ps_min": 0, "network_gbps_needed": 2590.4, "samples_per_s": 10.0,
             "efficiency": 1.0}
     return {"inputs": {"cluster_name": "c", "cluster": {"nodes": 1, "gpus_per_node": 8,
-                                                        "device": "A100", "network": "10GbE"}},
+                                                        "device": "A100", "network": "10GbE"},
+                       "options": {"max_gpus": 8, "target_efficiency": 0.8}},
             "recommendation": {**base, **rec}}
 
 
 def test_console_line_plurals_units_and_cluster():
     one = recommendation_line(_plan())
-    assert "on 1 device:" in one and "1 devices" not in one
-    assert "2,590 Gb/s" in one and "e+" not in one
+    assert "1 device:" in one and "1 devices" not in one and "allreduce" not in one
+    assert "all 8 at efficiency 0.8 need 2,590 Gb/s" in one and "e+" not in one
     assert "1 node x 8 A100, 10GbE" in one
     ps = recommendation_line(_plan(architecture="ps", gpus=8, num_ps=1, num_ps_min=1))
     assert "on 8 devices" in ps and "1 parameter server " in ps
     alone = recommendation_line(_plan(architecture="ps", gpus=1, num_ps=0, num_ps_min=0))
     assert "parameter server" not in alone
+    small = recommendation_line(_plan(too_small="one step takes 1.6 ms: too small"))
+    assert small.endswith("one step takes 1.6 ms: too small") and "samples/s" not in small
 
 
 def test_every_help_shows_its_defaults():

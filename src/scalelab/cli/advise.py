@@ -70,13 +70,19 @@ def recommendation_line(p: dict) -> str:
     from scalelab.plan.text import format_gbps, plural
 
     r = p["recommendation"]
+    head = (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): batch {r['batch_size']}"
+            f"/device, {r['algorithm'] or 'default computation'}")
+    if r.get("too_small"):
+        return f"{head}: {r['too_small']}"
     servers = (f", {plural(r['num_ps'], 'parameter server')} (lemma minimum {r['num_ps_min']})"
                if r["architecture"] == "ps" and r["num_ps"] else "")
-    return (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): batch {r['batch_size']}"
-            f"/device, {r['algorithm'] or 'default computation'}, {r['architecture']} on "
-            f"{plural(r['gpus'], 'device')}{servers}: {r['samples_per_s']:,.0f} samples/s at "
-            f"efficiency {floor2(r['efficiency'])}; network needed "
-            f"{format_gbps(r['network_gbps_needed'])} per node")
+    how = "1 device" if r["gpus"] == 1 else f"{r['architecture']} on {plural(r['gpus'], 'device')}"
+    opts = p["inputs"].get("options") or {}
+    full, target = opts.get("max_gpus"), opts.get("target_efficiency")
+    need = (f"; all {full} at efficiency {target:g} need {format_gbps(r['network_gbps_needed'])}"
+            " per node" if full and target and r["network_gbps_needed"] > 0 else "")
+    return (f"{head}, {how}{servers}: {r['samples_per_s']:,.0f} samples/s at efficiency "
+            f"{floor2(r['efficiency'])}{need}")
 
 
 def cluster_text(p: dict) -> str:
