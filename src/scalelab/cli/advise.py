@@ -157,7 +157,8 @@ def print_advice(model: str, result) -> None:
 
     for p in result.plans:
         console.print(recommendation_line(p), highlight=False)
-        for alt in alternatives(p):
+        # a step too small for the cluster has no throughput worth weighing
+        for alt in () if p["recommendation"].get("too_small") else alternatives(p):
             console.print(f"    or {alt}", highlight=False)
         if p["recommendation"].get("launch"):
             console.print(f"    launch: {p['recommendation']['launch']}", highlight=False,

@@ -321,7 +321,7 @@ def _too_small(st: _Setting) -> str | None:
         return None
     return (f"one step takes {format_s(t)} at batch {st.batch}: too small for the cluster to "
             "matter (kernel launches and synchronization, not compute or the network, set "
-            "the pace); the throughputs below are upper bounds: raise the batch or the model")
+            "the pace); its throughputs are upper bounds: raise the batch or the model")
 
 
 def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: int,
