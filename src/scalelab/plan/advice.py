@@ -119,7 +119,8 @@ def target_algorithm(st) -> str | None:
     if src is not None and src.name == target.name:
         return st.inp.algorithm
     precision, why = target_precision(st.inp, c, st.options, target)
-    return f"{precision} ({why})"
+    return f"{precision} (PyTorch's default)" if why.startswith("PyTorch") else \
+        f"{precision} ({why})"
 
 
 def device_reasons(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_gpus: int,
