@@ -120,6 +120,7 @@ class Sweeper:
         self.intra = cluster.intra_link()[0]
         self.colocated = cluster.ps_placement == "colocated"
         self.gpus_per_nic = cluster.nic_sharing()[0]
+        self.host_share = cluster.host_link_sharing()[0]
         self.host_Bps = cluster.host_link_Bps()[0]
         if self.host_Bps is None and self.colocated:
             self.host_Bps = hardware.link(ASSUMED_HOST_LINK).bandwidth_Bps
@@ -180,7 +181,7 @@ class Sweeper:
             ps_bandwidth_Bps=None if self.colocated else self.ps_Bps,
             intra_bandwidth_Bps=self.intra, latency_s=c.latency_s,
             gpus_per_nic=self.gpus_per_nic, host_bandwidth_Bps=self.host_Bps,
-            gpus_per_host_link=c.host_link_sharing()[0], bucket_bytes=self.bucket_bytes)
+            gpus_per_host_link=self.host_share, bucket_bytes=self.bucket_bytes)
 
     def workload(self, gpus: int) -> StepWorkload:
         """The step's workload at ``gpus``: exposed input depends on the devices per node."""
