@@ -16,7 +16,7 @@ Python use::
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from scalelab.errors import UsageError
@@ -133,6 +133,12 @@ class StepSetup:
     """Devices sharing one host link (a PCIe switch uplink)."""
     bucket_bytes: float | None = None
     """All-reduce: derive the overlap from DDP buckets of this size (None: params.overlap)."""
+    nodes: int = field(init=False, repr=False, compare=False)
+    """Machines the workers occupy (derived)."""
+    devices_per_node: int = field(init=False, repr=False, compare=False)
+    """Devices on each machine (derived)."""
+    nics: int = field(init=False, repr=False, compare=False)
+    """NICs per machine, used together (derived)."""
 
     def __post_init__(self):
         if self.architecture not in ARCHITECTURES:
@@ -150,20 +156,13 @@ class StepSetup:
             raise UsageError(f"host link bandwidth must be > 0, got {self.host_bandwidth_Bps}")
         if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UsageError(f"bucket_bytes must be > 0, got {self.bucket_bytes}")
+        # derived once: a sweep reads them many times per point
+        g = min(self.gpus_per_node, self.workers)
+        per_nic = min(self.gpus_per_nic or self.gpus_per_node, g)
+        object.__setattr__(self, "nodes", -(-self.workers // self.gpus_per_node))
+        object.__setattr__(self, "devices_per_node", g)
+        object.__setattr__(self, "nics", topology.nics_per_node(g, per_nic))
 
-    @property
-    def nodes(self) -> int:
-        return -(-self.workers // self.gpus_per_node)
-
-    @property
-    def devices_per_node(self) -> int:
-        return min(self.gpus_per_node, self.workers)
-
-    @property
-    def nics(self) -> int:
-        """NICs per machine, used together."""
-        per_nic = self.gpus_per_nic or self.gpus_per_node
-        return topology.nics_per_node(self.devices_per_node, min(per_nic, self.devices_per_node))
 
 
 @dataclass(slots=True)
@@ -238,11 +237,11 @@ def _ps(work: StepWorkload, st: StepSetup, params: ModelParams, nic: float,
     topo = topology.PsTopology(st.nodes, per_node, nic * st.nics, host,
                                st.gpus_per_host_link, st.colocated, server_Bps)
     loads = topology.ps_phase_loads(s, topo, f_max, f_min, st.full_duplex)
-    phase = topology.phase_s(loads, lat)
+    top = topology.busiest(loads)
+    phase = topology.phase_s(loads, lat, top)
     form = comm.PIPELINED if st.full_duplex else comm.PUSH_THEN_PULL
     apply = params.apply_s_per_byte * senders * s * bal.largest_fraction
     exchange = phase + apply + (0.0 if st.full_duplex else phase)
-    top = topology.busiest(loads)
     link = top.link if top is not None else "compute"
     if link == topology.NIC_IN and bal.largest_fraction > 1.05 / used:
         link = "shard-imbalance"

@@ -40,14 +40,14 @@ the NIC would predict a collapse.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 HOST_LINK = "host-link"
 NIC_OUT = "network-worker"
 NIC_IN = "network-server"
 
 
-@dataclass(frozen=True)
-class LinkLoad:
+class LinkLoad(NamedTuple):
     """Bytes one phase puts on the busiest instance of a link, and how long they take."""
 
     link: str
@@ -134,9 +134,11 @@ def busiest(loads: tuple[LinkLoad, ...]) -> LinkLoad | None:
     return max(moving, key=lambda x: x.seconds) if moving else None
 
 
-def phase_s(loads: tuple[LinkLoad, ...], latency_s: float = 0.0) -> float:
-    """A phase lasts as long as its busiest link, plus one latency (zero if nothing moves)."""
-    top = busiest(loads)
+def phase_s(loads: tuple[LinkLoad, ...], latency_s: float = 0.0,
+            top: LinkLoad | None = None) -> float:
+    """A phase lasts as long as its busiest link, plus one latency (zero if nothing moves);
+    ``top`` is :func:`busiest` of ``loads`` when the caller has it already."""
+    top = busiest(loads) if top is None else top
     return 0.0 if top is None else top.seconds + latency_s
 
 
