@@ -361,9 +361,7 @@ def bandwidth_reasons(st, architecture: str, max_gpus: int, notes: Notes
 
 def loader_reasons(st, max_gpus: int, notes: Notes) -> None:
     """Loader processes per device, and whether a node's cores can feed all its devices."""
-    from scalelab.plan.recommend import _load_s_per_batch
-
-    load = _load_s_per_batch(st.inp, st.batch)
+    load = st.inp.load_s_at(st.batch)
     if not load:
         notes.why("loaders", "loader_workers 0: no input-pipeline time measured (synthetic data)")
         return

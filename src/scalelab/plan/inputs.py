@@ -95,6 +95,15 @@ class PlanInput:
             raise UsageError(f"the step-time fit gives {t:.3g} s at batch {batch_size}")
         return t
 
+    def load_s_at(self, batch_size: int) -> float | None:
+        """One process's input time for a minibatch of ``batch_size``: b x t_sample (None on
+        synthetic data)."""
+        if self.load_s_per_sample:
+            return batch_size * self.load_s_per_sample
+        if self.load_s_per_batch:
+            return self.load_s_per_batch * batch_size / self.batch_size
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["tensor_count"] = len(self.tensor_bytes)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import scalelab.plan.advice as advice
 from scalelab.errors import UsageError
-from scalelab.plan import advice
 from scalelab.plan.cluster import Cluster
 from scalelab.plan.compute import memory_check, target_compute
 from scalelab.plan.inputs import PlanInput, load_input
@@ -160,7 +160,7 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
         notes.warn("estimate", w)
     k = cluster.accumulation_steps
     compute_s = k * tc.compute_s  # k micro-batches per exchange
-    load = _load_s_per_batch(inp, batch)
+    load = inp.load_s_at(batch)
     cores = cluster.cpu_cores()[0]
     if load:
         needed = theory_io.loader_workers_needed(load, tc.compute_s)
@@ -189,18 +189,9 @@ def _band(options: PlanOptions, tc) -> ErrorBand | None:
     return combine(options.band, compute)
 
 
-def _load_s_per_batch(inp: PlanInput, batch: int) -> float | None:
-    """One process's input time for a minibatch of ``batch``: b x t_sample."""
-    if inp.load_s_per_sample:
-        return batch * inp.load_s_per_sample
-    if inp.load_s_per_batch:
-        return inp.load_s_per_batch * batch / inp.batch_size
-    return None
-
-
 def io_at(st: _Setting):
     """Exposed input per exchange for g devices on a node (their loaders share its cores)."""
-    load = _load_s_per_batch(st.inp, st.batch)
+    load = st.inp.load_s_at(st.batch)
     if not load:
         return None
     cores = st.cluster.cpu_cores()[0]
