@@ -29,9 +29,9 @@ from scalelab.profiler.input_pipeline import check_folder, profile_input
 from scalelab.profiler.memory import device_memory_bytes
 from scalelab.profiler.probe import Trial, TrialRunner
 from scalelab.profiler.search import Probe, find_max_batch, linear_fit, recommend_batch
+from scalelab.theory import memory
 from scalelab.workload import WorkloadSpec, describe
 
-SAFETY_MARGIN = 0.10  # of the device's memory, kept free by the default budget
 PLATEAU_GAIN = 0.05
 BUSY_LOADAVG = 1.0  # 1-minute load average above which a profile is marked as contended
 DEFAULT_STEPS = 5  # timed steps per trial unless asked otherwise
@@ -103,7 +103,7 @@ def parse_batch_sizes(text: str) -> list[int]:
 
 def default_budget(device: str | torch.device) -> int:
     """The device's memory (on CPU what is available now) less the safety margin."""
-    return int(device_memory_bytes(device) * (1 - SAFETY_MARGIN))
+    return int(memory.usable_bytes(device_memory_bytes(device)))
 
 
 def _row(t: Trial) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from scalelab.theory import memory
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -165,13 +167,7 @@ def recommend_batch(samples_per_s: dict[int, float], tolerance: float = 0.05) ->
 
 
 def linear_fit(xs: list[float], ys: list[float]) -> dict[str, float]:
-    """Least-squares ``y = intercept + per_sample * x``."""
-    n = len(xs)
-    if n == 0:
-        return {"intercept": 0.0, "per_sample": 0.0}
-    if n == 1 or len(set(xs)) == 1:
-        return {"intercept": 0.0, "per_sample": ys[0] / xs[0] if xs[0] else 0.0}
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return {"intercept": my - slope * mx, "per_sample": slope}
+    """Least-squares ``y = intercept + per_sample * x`` as profile.json's ``fit`` entries
+    (:func:`scalelab.theory.memory.linear_fit`)."""
+    intercept, per_sample = memory.linear_fit(xs, ys)
+    return {"intercept": intercept, "per_sample": per_sample}

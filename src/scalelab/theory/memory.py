@@ -28,16 +28,20 @@ def usable_bytes(memory_bytes: float, margin: float = MEMORY_MARGIN) -> float:
 
 
 def linear_fit(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope) of ys against xs; one point gives slope y/x."""
-    if len(xs) != len(ys) or not xs:
-        raise ValueError("need as many x as y values, at least one")
+    """Least-squares (intercept, slope) of ys against xs.
+
+    No point gives (0, 0); one point, or points all at one x, give the line through the
+    origin (0, y/x): a single batch's cost taken as proportional to the batch.
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"need as many x as y values, got {len(xs)} and {len(ys)}")
     n = len(xs)
-    if n == 1:
+    if n == 0:
+        return 0.0, 0.0
+    if n == 1 or len(set(xs)) == 1:
         return 0.0, ys[0] / xs[0] if xs[0] else 0.0
     mx, my = sum(xs) / n, sum(ys) / n
     sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return my, 0.0
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
     return my - slope * mx, slope
 
