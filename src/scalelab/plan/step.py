@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from scalelab.errors import UsageError
 from scalelab.theory import comm, sharding, topology
@@ -144,8 +144,7 @@ class StepSetup:
         if self.architecture not in ARCHITECTURES:
             raise UsageError(f"unknown architecture {self.architecture!r} "
                              f"({', '.join(ARCHITECTURES)})")
-        if self.workers < 1 or int(self.workers) != self.workers:
-            raise UsageError(f"workers must be an integer >= 1, got {self.workers}")
+        _check_workers(self.workers)
         if self.gpus_per_node < 1:
             raise UsageError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if self.gpus_per_nic is not None and self.gpus_per_nic < 1:
@@ -156,13 +155,36 @@ class StepSetup:
             raise UsageError(f"host link bandwidth must be > 0, got {self.host_bandwidth_Bps}")
         if self.bucket_bytes is not None and not self.bucket_bytes > 0:
             raise UsageError(f"bucket_bytes must be > 0, got {self.bucket_bytes}")
-        # derived once: a sweep reads them many times per point
-        g = min(self.gpus_per_node, self.workers)
-        per_nic = min(self.gpus_per_nic or self.gpus_per_node, g)
-        object.__setattr__(self, "nodes", -(-self.workers // self.gpus_per_node))
-        object.__setattr__(self, "devices_per_node", g)
-        object.__setattr__(self, "nics", topology.nics_per_node(g, per_nic))
+        _derive(self.__dict__)
 
+    def at_workers(self, workers: int, num_ps: int) -> StepSetup:
+        """This setup at ``workers`` devices and ``num_ps`` servers: the sweep's per-point
+        setup. Only the worker count is checked (the other fields were, when this setup was
+        made); the derived fields are computed again."""
+        _check_workers(workers)
+        fields = self.__dict__.copy()
+        fields["workers"] = workers
+        fields["num_ps"] = num_ps
+        _derive(fields)
+        new = object.__new__(StepSetup)
+        object.__setattr__(new, "__dict__", fields)
+        return new
+
+
+def _derive(fields: dict[str, Any]) -> None:
+    """A setup's derived fields, in its ``__dict__``: computed once, since a sweep reads
+    them many times per point (a frozen instance without ``__slots__`` keeps its fields
+    there, which is what ``object.__setattr__`` would write)."""
+    workers, per_node = fields["workers"], fields["gpus_per_node"]
+    g = min(per_node, workers)
+    fields["nodes"] = -(-workers // per_node)
+    fields["devices_per_node"] = g
+    fields["nics"] = topology.nics_per_node(g, min(fields["gpus_per_nic"] or per_node, g))
+
+
+def _check_workers(workers: int) -> None:
+    if workers < 1 or int(workers) != workers:
+        raise UsageError(f"workers must be an integer >= 1, got {workers}")
 
 
 @dataclass(slots=True)
@@ -186,8 +208,7 @@ class StepPrediction:
         return dataclasses.asdict(self)
 
 
-@dataclass(frozen=True)
-class _Exchange:
+class _Exchange(NamedTuple):
     comm_s: float
     link: str
     form: str
@@ -234,15 +255,13 @@ def _ps(work: StepWorkload, st: StepSetup, params: ModelParams, nic: float,
         if not server_Bps > 0:
             raise UsageError(f"server bandwidth must be > 0, got {st.ps_bandwidth_Bps}")
     host = None if st.host_bandwidth_Bps is None else st.host_bandwidth_Bps * eff
-    topo = topology.PsTopology(st.nodes, per_node, nic * st.nics, host,
-                               st.gpus_per_host_link, st.colocated, server_Bps)
-    loads = topology.ps_phase_loads(s, topo, f_max, f_min, st.full_duplex)
-    top = topology.busiest(loads)
-    phase = topology.phase_s(loads, lat, top)
+    phase, top = topology.ps_phase(s, st.nodes, per_node, nic * st.nics, host,
+                                   st.gpus_per_host_link, st.colocated, server_Bps, f_max,
+                                   f_min, st.full_duplex, lat)
     form = comm.PIPELINED if st.full_duplex else comm.PUSH_THEN_PULL
     apply = params.apply_s_per_byte * senders * s * bal.largest_fraction
     exchange = phase + apply + (0.0 if st.full_duplex else phase)
-    link = top.link if top is not None else "compute"
+    link = "compute" if top is None else top
     if link == topology.NIC_IN and bal.largest_fraction > 1.05 / used:
         link = "shard-imbalance"
     if intra > exchange:

@@ -40,6 +40,7 @@ the NIC would predict a collapse.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 HOST_LINK = "host-link"
@@ -140,6 +141,30 @@ def phase_s(loads: tuple[LinkLoad, ...], latency_s: float = 0.0,
     ``top`` is :func:`busiest` of ``loads`` when the caller has it already."""
     top = busiest(loads) if top is None else top
     return 0.0 if top is None else top.seconds + latency_s
+
+
+class PhaseTime(NamedTuple):
+    """One phase of a parameter-server exchange: how long, and which link sets it."""
+
+    seconds: float
+    """:func:`phase_s`: the busiest link's time plus one latency (0 if nothing moves)."""
+    link: str | None
+    """That link (None when nothing crosses any link)."""
+
+
+@lru_cache(maxsize=1024)
+def ps_phase(param_bytes: float, nodes: int, senders_per_node: int, node_nic_Bps: float,
+             host_link_Bps: float | None, senders_per_host_link: int, colocated: bool,
+             server_nic_Bps: float | None, largest_fraction: float, smallest_fraction: float,
+             full_duplex: bool, latency_s: float) -> PhaseTime:
+    """:func:`phase_s` and :func:`busiest` link of :func:`ps_phase_loads` on a
+    :class:`PsTopology` of these fields; memoized (a sweep asks for the same machines and
+    servers at every device count of a node). Invalid fields raise as they do there."""
+    topo = PsTopology(nodes, senders_per_node, node_nic_Bps, host_link_Bps,
+                      senders_per_host_link, colocated, server_nic_Bps)
+    loads = ps_phase_loads(param_bytes, topo, largest_fraction, smallest_fraction, full_duplex)
+    top = busiest(loads)
+    return PhaseTime(phase_s(loads, latency_s, top), None if top is None else top.link)
 
 
 def nics_per_node(gpus_per_node: int, gpus_per_nic: int) -> int:
