@@ -126,6 +126,7 @@ class Sweeper:
             self.host_Bps = hardware.link(ASSUMED_HOST_LINK).bandwidth_Bps
         self.bucket_bytes = cluster.ddp_bucket_mb * 2**20 if derive_overlap else None
         self._ps_cache: dict[int, tuple[int, int]] = {}
+        self._base: StepSetup | None = None
 
     def senders(self, gpus: int) -> int:
         """N_w: machines with local aggregation, else devices."""
@@ -171,17 +172,25 @@ class Sweeper:
             used = len(tb) if policy == sharding.WHOLE_TENSOR else minimum
         return minimum, used
 
+    def base_setup(self) -> StepSetup:
+        """The cluster's links and placement as a validated setup (one device, one server),
+        made on first use."""
+        if self._base is None:
+            c = self.cluster
+            self._base = StepSetup(
+                architecture=self.arch, partition=c.ps_partition, colocated=self.colocated,
+                full_duplex=c.full_duplex, gpus_per_node=c.gpus_per_node,
+                local_aggregation=c.local_aggregation, worker_bandwidth_Bps=self.nic,
+                ps_bandwidth_Bps=None if self.colocated else self.ps_Bps,
+                intra_bandwidth_Bps=self.intra, latency_s=c.latency_s,
+                gpus_per_nic=self.gpus_per_nic, host_bandwidth_Bps=self.host_Bps,
+                gpus_per_host_link=self.host_share, bucket_bytes=self.bucket_bytes)
+        return self._base
+
     def setup(self, gpus: int) -> StepSetup:
-        c = self.cluster
+        """The setup at ``gpus`` devices (the servers sized for them)."""
         num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
-        return StepSetup(
-            architecture=self.arch, workers=gpus, num_ps=num_ps, partition=c.ps_partition,
-            colocated=self.colocated, full_duplex=c.full_duplex, gpus_per_node=c.gpus_per_node,
-            local_aggregation=c.local_aggregation, worker_bandwidth_Bps=self.nic,
-            ps_bandwidth_Bps=None if self.colocated else self.ps_Bps,
-            intra_bandwidth_Bps=self.intra, latency_s=c.latency_s,
-            gpus_per_nic=self.gpus_per_nic, host_bandwidth_Bps=self.host_Bps,
-            gpus_per_host_link=self.host_share, bucket_bytes=self.bucket_bytes)
+        return self.base_setup().at_workers(gpus, num_ps)
 
     def workload(self, gpus: int) -> StepWorkload:
         """The step's workload at ``gpus``: exposed input depends on the devices per node."""
@@ -194,22 +203,38 @@ class Sweeper:
         return predict_step(self.workload(gpus), self.setup(gpus), self.params)
 
 
+class RowMaker:
+    """:func:`make_row` for every row of one sweep, with what they share worked out once."""
+
+    __slots__ = ("arch", "batch", "network", "per_node", "price", "one_device_sps",
+                 "has_servers")
+
+    def __init__(self, arch: str, batch: int, base_step: float, cluster: Cluster,
+                 network: str):
+        self.arch, self.batch, self.network = arch, batch, network
+        self.per_node = cluster.gpus_per_node
+        self.price = cluster.price_per_gpu_hour
+        self.one_device_sps = amdahl.weak_throughput(1, batch, base_step)
+        self.has_servers = arch == "ps"
+
+    def row(self, gpus: int, pred: StepPrediction) -> SweepRow:
+        """The row at ``gpus`` devices from their prediction."""
+        step, compute = pred.step_s, pred.compute_s
+        sps = amdahl.weak_throughput(gpus, self.batch, step)
+        speedup = sps / self.one_device_sps
+        cost = self.price * gpus / 3600.0 / sps * 1000.0 if self.price else None
+        # SweepRow's fields in order (positional: a sweep makes tens of thousands)
+        return SweepRow(
+            gpus, -(-gpus // self.per_node), self.arch,
+            pred.num_ps if self.has_servers and gpus > 1 else 0,
+            compute, pred.comm_s, pred.io_s, step, sps, speedup, speedup / gpus,
+            (step - compute) / compute, pred.bottleneck, self.network, pred.form, cost)
+
+
 def make_row(gpus: int, arch: str, pred: StepPrediction, batch: int, base_step: float,
              cluster: Cluster, network: str) -> SweepRow:
     """A sweep row from a prediction, against one device's step ``base_step``."""
-    sps = amdahl.weak_throughput(gpus, batch, pred.step_s)
-    speedup = sps / amdahl.weak_throughput(1, batch, base_step)
-    cost = None
-    if cluster.price_per_gpu_hour:
-        cost = cluster.price_per_gpu_hour * gpus / 3600.0 / sps * 1000.0
-    return SweepRow(
-        gpus=gpus, nodes=ceil_div(gpus, cluster.gpus_per_node), architecture=arch,
-        num_ps=pred.num_ps if arch == "ps" and gpus > 1 else 0,
-        compute_s=pred.compute_s, comm_s=pred.comm_s, io_s=pred.io_s, step_s=pred.step_s,
-        samples_per_s=sps, speedup=speedup, efficiency=speedup / gpus,
-        overhead_ratio=(pred.step_s - pred.compute_s) / pred.compute_s,
-        bottleneck=pred.bottleneck, network=network, form=pred.form, cost_per_1k_samples=cost,
-    )
+    return RowMaker(arch, batch, base_step, cluster, network).row(gpus, pred)
 
 
 def sweep_architecture(work: StepWorkload, cluster: Cluster, params: ModelParams,
@@ -225,9 +250,8 @@ def sweep_architecture(work: StepWorkload, cluster: Cluster, params: ModelParams
     sw = Sweeper(work, cluster, params, architecture, network_Bps, target_efficiency,
                  derive_overlap, io_at)
     base = predict_step(sw.workload(1), StepSetup(architecture), params).step_s
-    label = network or cluster.network_label()
-    return [make_row(g, architecture, sw.predict(g), batch_size, base, cluster, label)
-            for g in counts]
+    rows = RowMaker(architecture, batch_size, base, cluster, network or cluster.network_label())
+    return [rows.row(g, sw.predict(g)) for g in counts]
 
 
 def network_sweep(work: StepWorkload, cluster: Cluster, networks: Sequence[str],
