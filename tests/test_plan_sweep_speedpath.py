@@ -1,10 +1,12 @@
 """The sweep's fast path gives the rows of the model called point by point.
 
 The sweep builds one validated setup per (network, architecture) and varies the device
-count through :meth:`StepSetup.at_workers`, memoizes the parameter-server phases and makes
-its rows with the shared parts worked out once. Here every row is compared, field by field
-and exactly, with a freshly validated :class:`StepSetup` given to :func:`predict_step` at
-that point and the row's figures written out from their definitions.
+count through :meth:`StepSetup.at_workers`, shares one prediction among the counts with the
+same :func:`~scalelab.plan.step.step_key`, memoizes the parameter-server phases and the
+hierarchical exchange, and makes its rows with the shared parts worked out once. Here every
+row is compared, field by field and exactly, with a freshly validated :class:`StepSetup`
+given to :func:`predict_step` at that point (its memos bypassed) and the row's figures
+written out from their definitions.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from scalelab.plan import (
     StepWorkload,
     network_sweep,
     predict_step,
+    step,
     sweep_architecture,
 )
 from scalelab.plan.sweep import Sweeper
-from scalelab.theory import sharding, topology
+from scalelab.theory import comm, sharding, topology
 
 NETWORKS = ("10GbE", "100GbE", "IB-FDR")
 COUNTS = range(1, 15)  # one device, part of a node, whole nodes, more nodes than the cluster
@@ -62,6 +65,7 @@ def _expected_rows(cluster: Cluster, arch: str, counts, network: str | None,
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(topology, "ps_phase", topology.ps_phase.__wrapped__)
         mp.setattr(sharding, "cached_balance", sharding.cached_balance.__wrapped__)
+        mp.setattr(step, "_hierarchical_allreduce", comm.hierarchical_allreduce)
         return _rows_point_by_point(cluster, arch, counts, network, nic_Bps, target,
                                     derive_overlap, io_at)
 
@@ -161,3 +165,17 @@ def test_a_bad_device_count_is_still_refused(arch):
     cluster = Cluster(nodes=2, gpus_per_node=4, network="10GbE", intra_node="nvlink3")
     with pytest.raises(UsageError, match="workers must be an integer >= 1, got 0"):
         sweep_architecture(WORK, cluster, PARAMS, arch, [4, 0], BATCH)
+
+
+@pytest.mark.parametrize("name", CLUSTERS)
+def test_setups_with_the_same_step_key_predict_the_same_step(name):
+    cluster = Cluster(**CLUSTERS[name])
+    for arch in ARCHITECTURES:
+        sw = Sweeper(WORK, cluster, PARAMS, arch)
+        seen: dict[tuple[int, ...], tuple[int, object]] = {}
+        for g in range(1, 3 * cluster.gpus_per_node + 2):
+            for num_ps in (1, 2, 3):
+                setup = sw.base_setup().at_workers(g, num_ps)
+                pred = predict_step(WORK, setup, PARAMS).to_dict()
+                first = seen.setdefault(step.step_key(setup), (g, pred))
+                assert pred == first[1], (arch, g, num_ps, first[0])

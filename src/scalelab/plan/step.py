@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from scalelab.errors import UsageError
@@ -176,10 +177,11 @@ def _derive(fields: dict[str, Any]) -> None:
     them many times per point (a frozen instance without ``__slots__`` keeps its fields
     there, which is what ``object.__setattr__`` would write)."""
     workers, per_node = fields["workers"], fields["gpus_per_node"]
-    g = min(per_node, workers)
+    g = workers if workers < per_node else per_node  # min(), without the call
+    per_nic = fields["gpus_per_nic"] or per_node
     fields["nodes"] = -(-workers // per_node)
     fields["devices_per_node"] = g
-    fields["nics"] = topology.nics_per_node(g, min(fields["gpus_per_nic"] or per_node, g))
+    fields["nics"] = topology.nics_per_node(g, per_nic if per_nic < g else g)
 
 
 def _check_workers(workers: int) -> None:
@@ -280,12 +282,28 @@ def _allreduce(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float |
                      "ring all-reduce")
 
 
+# memoized: a sweep asks for the same machines at every device count of a node
+_hierarchical_allreduce = lru_cache(maxsize=1024)(comm.hierarchical_allreduce)
+
+
 def _hierarchical(work: StepWorkload, st: StepSetup, nic: float, intra_Bps: float | None,
                   lat: float) -> _Exchange:
-    h = comm.hierarchical_allreduce(work.param_bytes, st.devices_per_node, st.nodes,
-                                    intra_Bps or 1.0, (nic * st.nics) or 1.0, lat)
+    h = _hierarchical_allreduce(work.param_bytes, st.devices_per_node, st.nodes,
+                                intra_Bps or 1.0, (nic * st.nics) or 1.0, lat)
     link = "intra-node" if h.intra_s > h.inter_s else "network-worker"
     return _Exchange(h.comm_s, link, "hierarchical all-reduce", intra_s=h.intra_s)
+
+
+def step_key(st: StepSetup) -> tuple[int, ...]:
+    """What of the worker count a step at ``st`` depends on: :func:`predict_step` of two
+    setups that differ only in ``workers`` and ``num_ps`` is the same when their keys are
+    (with the same workload and parameters). An all-reduce ring spans every device, and so
+    do parameter-server senders without local aggregation; otherwise a step sees only the
+    machines, the devices on each and the servers (:func:`exchange_of`'s forms)."""
+    if st.workers == 1 or st.architecture == "allreduce" or \
+            (st.architecture == "ps" and not st.local_aggregation):
+        return (st.workers, st.num_ps)
+    return (st.nodes, st.devices_per_node, st.num_ps)
 
 
 def exchange_of(work: StepWorkload, st: StepSetup, params: ModelParams) -> _Exchange:

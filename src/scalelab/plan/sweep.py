@@ -21,6 +21,7 @@ from scalelab.plan.step import (
     StepSetup,
     StepWorkload,
     predict_step,
+    step_key,
 )
 from scalelab.theory import amdahl, sharding, sizing
 from scalelab.theory.band import ErrorBand
@@ -127,6 +128,7 @@ class Sweeper:
         self.bucket_bytes = cluster.ddp_bucket_mb * 2**20 if derive_overlap else None
         self._ps_cache: dict[int, tuple[int, int]] = {}
         self._base: StepSetup | None = None
+        self._predictions: dict[tuple[int, ...], StepPrediction] = {}
 
     def senders(self, gpus: int) -> int:
         """N_w: machines with local aggregation, else devices."""
@@ -190,7 +192,7 @@ class Sweeper:
     def setup(self, gpus: int) -> StepSetup:
         """The setup at ``gpus`` devices (the servers sized for them)."""
         num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
-        return self.base_setup().at_workers(gpus, num_ps)
+        return (self._base or self.base_setup()).at_workers(gpus, num_ps)
 
     def workload(self, gpus: int) -> StepWorkload:
         """The step's workload at ``gpus``: exposed input depends on the devices per node."""
@@ -200,7 +202,16 @@ class Sweeper:
         return dataclasses.replace(self.work, io_s=self.io_at(g))
 
     def predict(self, gpus: int) -> StepPrediction:
-        return predict_step(self.workload(gpus), self.setup(gpus), self.params)
+        """The step at ``gpus`` devices, shared by the counts whose setups have the same
+        :func:`~scalelab.plan.step.step_key` (the workload's exposed input depends on the
+        devices per machine, which the key holds wherever it does not hold the count)."""
+        setup = self.setup(gpus)
+        key = step_key(setup)
+        pred = self._predictions.get(key)
+        if pred is None:
+            work = self.work if self.io_at is None else self.workload(gpus)
+            pred = self._predictions[key] = predict_step(work, setup, self.params)
+        return pred
 
 
 class RowMaker:
