@@ -146,18 +146,19 @@ def test_compared_steps_are_dataclasses_with_the_file_form():
         c.workers = 4
 
 
-def test_exposed_input_on_this_host_follows_the_free_cores():
+def test_exposed_input_on_this_host_uses_the_idle_cores():
     from scalelab.experiment.loaders import exposed_input_s
 
-    # no loader process, or no core left beside the workers' compute: all of t_load shows
-    assert exposed_input_s(0.1, 0, 0.02, workers=2, free_cores=4) == pytest.approx(0.1)
-    assert exposed_input_s(0.1, 3, 0.02, workers=2, free_cores=0) == pytest.approx(0.1)
-    assert exposed_input_s(0.1, 3, 0.02, workers=2, free_cores=-1) == pytest.approx(0.1)
-    # 2 workers' loaders on 1 free core: half a core each, a batch every 0.2 s
-    assert exposed_input_s(0.1, 1, 0.02, workers=2, free_cores=1) == pytest.approx(0.18)
-    # a core per loader: t_load / L - T_C, and hidden once L >= t_load / T_C
-    assert exposed_input_s(0.1, 2, 0.02, workers=2, free_cores=4) == pytest.approx(0.03)
-    assert exposed_input_s(0.1, 5, 0.02, workers=1, free_cores=8) == 0.0
+    # no loader process: all of t_load shows, whatever the cores
+    assert exposed_input_s(0.1, 0, 0.05, 0.02, cores=4) == pytest.approx(0.1)
+    # one core for a worker (20 ms of compute in a 50 ms step) and its loaders: 100 ms of
+    # decoding needs 120 ms of that core per step, 70 ms more than the step
+    assert exposed_input_s(0.1, 3, 0.05, 0.02, cores=1) == pytest.approx(0.07)
+    # 20 ms of decoding fits in the 30 ms the worker waits for its exchange: hidden
+    assert exposed_input_s(0.02, 1, 0.05, 0.02, cores=1) == 0.0
+    # cores to spare: one loader delivers a batch every t_load
+    assert exposed_input_s(0.1, 1, 0.05, 0.02, cores=8) == pytest.approx(0.05)
+    assert exposed_input_s(0.1, 2, 0.05, 0.02, cores=8) == 0.0
 
 
 def test_bad_data_folder_is_one_line_exit_2(capsys, tmp_path):
@@ -200,8 +201,10 @@ def test_compare_on_an_image_folder_runs_the_loader_step(capsys, tmp_path):
         assert inp["load_s_per_batch"] == pytest.approx(
             16 * io["load_s_per_sample"] * s["inputs"]["contention"])
         compute_s = s["inputs"]["compute_s"] * s["inputs"]["contention"]
+        without_input = s["predicted"]["step_s"] - s["predicted"]["io_s"]
         assert s["predicted"]["io_s"] == pytest.approx(exposed_input_s(
-            inp["load_s_per_batch"], inp["loader_workers"], compute_s, 2, inp["loader_cores"]))
+            inp["load_s_per_batch"], inp["loader_workers"], without_input,
+            inp["compute_cpu_s"], inp["cores_per_worker"]))
         assert s["predicted"]["step_s"] >= compute_s + s["predicted"]["io_s"]
         assert s["measured_samples_per_s"] > 0 and s["measured"]["data_s"] is not None
     # the baseline decodes in the worker: the whole t_load is predicted to show

@@ -55,3 +55,25 @@ def test_node_exposed_io_limits():
         io.node_exposed_io_s(0.5, 1, 0.2, 1, 0)
     with pytest.raises(ValueError, match="gpus_per_node"):
         io.node_input(0.002, 256, 0.1, gpus_per_node=0)
+
+
+def test_shared_cores_step_bounds():
+    from scalelab.theory.io import shared_cores_step_s
+
+    # no loader: decoding comes before the step
+    assert shared_cores_step_s(0.05, 0.03, 0.04, 0, 1.0) == pytest.approx(0.09)
+    # one core, compute 30 ms of a 50 ms step (20 ms exchange): 40 ms of decoding needs
+    # 70 ms of the core per step, so the step grows to 70 ms
+    assert shared_cores_step_s(0.05, 0.03, 0.04, 2, 1.0) == pytest.approx(0.07)
+    # decoding fits in the exchange's idle time: hidden entirely
+    assert shared_cores_step_s(0.05, 0.03, 0.015, 2, 1.0) == pytest.approx(0.05)
+    # plenty of cores: one loader delivers a batch every t_load
+    assert shared_cores_step_s(0.05, 0.03, 0.08, 1, 8.0) == pytest.approx(0.08)
+    assert shared_cores_step_s(0.05, 0.03, 0.08, 2, 8.0) == pytest.approx(0.05)
+    # a core for every loader and no exchange: max(T_C, t_load / L), as exposed_io_s
+    from scalelab.theory.io import exposed_io_s
+    for t_load, L in ((0.1, 1), (0.1, 2), (0.01, 3)):
+        assert shared_cores_step_s(0.03, 0.03, t_load, L, 1 + L) == pytest.approx(
+            0.03 + exposed_io_s(t_load, L, 0.03))
+    with pytest.raises(ValueError):
+        shared_cores_step_s(0.05, 0.03, 0.04, 1, 0)

@@ -30,14 +30,12 @@ each worker (none) and the ``loaders`` step runs the plan's count, all on the fo
 
 - ``t_load`` at the step's batch, ``b x load_s_per_sample``, times the case's contention:
   decoding is CPU work on the cores the workers compute on, slowed as their compute is;
-- the cores of this host left for loaders
-  (:func:`~scalelab.experiment.loaders.loader_cores`): its cores less the workers' torch
-  threads. Assumed: a worker's compute keeps its threads' cores busy and its
-  loaders get only what is left. With cores left, the workers' loaders share them
-  (:func:`scalelab.theory.io.node_exposed_io_s`, G = workers). With none (2 workers of 1
-  thread on 2 cores) the loaders decode on their worker's cores (a worker and its loaders
-  are one session, so one scheduling group): another process moves the decoding, it does
-  not hide it, and all of ``t_load`` shows, as without loaders.
+- the step predicted without input, and the host's cores over its workers: a worker's
+  core is busy while it computes and free while it waits for the exchange, and its loaders
+  decode whenever a core is free (:func:`scalelab.theory.io.shared_cores_step_s`: the
+  step is the largest of the step without input, the loaders' delivery interval and the
+  time the worker's cores take for its compute plus the decoding). Without loaders the
+  worker decodes before it computes, and all of ``t_load`` shows.
 
 Python use::
 
@@ -325,8 +323,10 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     cfg, w = ch.config, o.workers
     meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
     inputs = case_inputs(_case(cfg, w, o.rate), form, meas, info)
-    pipeline = step_input(cfg, io, inputs, w)
-    pred = predict_case(inputs, io_s=pipeline["io_s"] if pipeline else 0.0)
+    pred = predict_case(inputs)
+    pipeline = step_input(cfg, io, inputs, w, pred.step_s)
+    if pipeline:
+        pred = predict_case(inputs, io_s=pipeline["io_s"])
     predicted = amdahl.weak_throughput(w, cfg.batch_size, pred.step_s)
     say(f"{label} {ch.name}: batch {cfg.batch_size}, ps {cfg.ps}, partition {cfg.partition}"
         + (f", loaders {cfg.loader_workers}" if pipeline else "")

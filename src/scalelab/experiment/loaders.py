@@ -1,10 +1,13 @@
 """A compare step's input pipeline on this host: loader cores, the exposed input, the note.
 
-A worker's compute keeps its torch threads' cores busy; loader processes get what is left
-(:func:`loader_cores`). The exposed input per step follows
-:func:`scalelab.theory.io.node_exposed_io_s` with the host's workers as one node's devices;
-with no core left, loaders only move the decoding onto the workers' cores and all of
-``t_load`` shows (:func:`exposed_input_s`).
+Every emulated host is a process on this one machine, so a worker's loader processes share
+the machine's cores with the workers' compute. A worker gets ``c = cores / W`` of them
+(:func:`cores_per_worker`). Its core is busy while it computes and free while it waits for
+the exchange, and its loaders decode whenever a core is free: the step follows
+:func:`scalelab.theory.io.shared_cores_step_s` (the step without input, the loaders'
+delivery rate, and the cores' capacity for compute plus decoding), and the exposed input is
+what that adds to the step without input (:func:`exposed_input_s`). The parameter servers'
+own CPU work (receiving and applying updates) is left out.
 """
 
 from __future__ import annotations
@@ -16,38 +19,47 @@ from scalelab.experiment.measure import worker_threads
 from scalelab.theory import io as theory_io
 
 
-def loader_cores(workers: int) -> int:
-    """Cores of this host left for loader processes: its cores less the torch threads the
-    runner gives its ``workers`` workers (:func:`~scalelab.experiment.measure.worker_threads`
-    each); 0 or less when the workers' compute takes every core."""
+def _cpu_count() -> int:
     from scalelab.runner.launch import cpu_count
 
-    return cpu_count() - workers * worker_threads(workers)
+    return cpu_count()
 
 
-def exposed_input_s(load_s_per_batch: float, loader_workers: int, compute_s: float,
-                    workers: int, free_cores: int) -> float:
-    """Input time per step a worker of this host waits for, seconds: the ``workers``
-    workers' loaders share ``free_cores`` (:func:`scalelab.theory.io.node_exposed_io_s`, G =
-    workers); with no free core (or no loader) all of ``t_load`` shows (module doc)."""
-    if loader_workers == 0 or free_cores <= 0:
-        return theory_io.exposed_io_s(load_s_per_batch, 0, compute_s)
-    return theory_io.node_exposed_io_s(load_s_per_batch, loader_workers, compute_s,
-                                       gpus_per_node=workers, cpu_cores=free_cores)
+def loader_cores(workers: int) -> int:
+    """Cores of this host no worker's torch threads use (the runner gives each of its
+    ``workers`` workers :func:`~scalelab.experiment.measure.worker_threads`); 0 or less when
+    the workers' threads cover every core."""
+    return _cpu_count() - workers * worker_threads(workers)
 
 
-def step_input(cfg, io: dict | None, inputs: CaseInputs, workers: int
-           ) -> dict[str, Any] | None:
-    """The step's input pipeline: t_load at its batch under the case's contention, the
-    loader cores of this host, and the exposed time; None on synthetic data."""
+def cores_per_worker(workers: int) -> float:
+    """``c``: this host's cores over its ``workers`` workers (a worker and its loaders)."""
+    return _cpu_count() / workers
+
+
+def exposed_input_s(load_s_per_batch: float, loader_workers: int, step_s: float,
+                    compute_cpu_s: float, cores: float) -> float:
+    """Input time a worker's step gains over ``step_s`` (its step with the batch ready),
+    seconds, with ``cores`` cores for the worker and its loaders (module doc)."""
+    return theory_io.shared_cores_step_s(step_s, compute_cpu_s, load_s_per_batch,
+                                         loader_workers, cores) - step_s
+
+
+def step_input(cfg, io: dict | None, inputs: CaseInputs, workers: int, step_s: float
+               ) -> dict[str, Any] | None:
+    """The step's input pipeline: ``t_load`` at its batch under the case's contention, the
+    cores of a worker and its loaders, the compute's CPU time (its threads busy for ``T_C``)
+    and the exposed time over ``step_s`` (the step predicted without input); None on
+    synthetic data."""
     if not io or not io.get("load_s_per_sample"):
         return None
     load_s = cfg.batch_size * io["load_s_per_sample"] * inputs.contention
-    cores = loader_cores(workers)
-    exposed = exposed_input_s(load_s, cfg.loader_workers, inputs.worker_compute_s, workers,
-                              cores)
+    cores = cores_per_worker(workers)
+    compute_cpu_s = inputs.worker_compute_s * worker_threads(workers)
+    exposed = exposed_input_s(load_s, cfg.loader_workers, step_s, compute_cpu_s, cores)
     return {"load_s_per_batch": load_s, "loader_workers": cfg.loader_workers,
-            "loader_cores": cores, "io_s": exposed}
+            "loader_cores": loader_cores(workers), "cores_per_worker": cores,
+            "compute_cpu_s": compute_cpu_s, "io_s": exposed}
 
 
 def input_note(recommended, io: dict | None, workers: int) -> str:
@@ -56,5 +68,6 @@ def input_note(recommended, io: dict | None, workers: int) -> str:
                 "to mask")
     cores = loader_cores(workers)
     return (f"input: {io['load_s_per_sample'] * 1e3:.3g} ms per sample on one core; "
-            f"{max(cores, 0)} core(s) of this host left for loader processes beside {workers} "
-            f"workers' compute" + ("" if cores > 0 else ": loaders share their worker's cores"))
+            f"{max(cores, 0)} core(s) of this host beside {workers} workers' torch threads"
+            + ("" if cores > 0 else "; loaders decode while their worker waits for the "
+               "exchange"))

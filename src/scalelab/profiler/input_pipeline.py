@@ -28,7 +28,22 @@ def image_dataset(path: str | os.PathLike, input_shape: tuple[int, ...]):
 
 
 def _time_loader(dataset, batch_size: int, workers: int, batches: int) -> float:
-    """Median seconds between minibatches delivered by a DataLoader (first one excluded)."""
+    """Median seconds between minibatches delivered by a DataLoader (first one excluded).
+
+    The main process decodes on one torch thread (with ``workers = 0`` that is the decode
+    time on one core; a DataLoader's own processes run one thread each anyway).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _gaps(dataset, batch_size, workers, batches)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _gaps(dataset, batch_size: int, workers: int, batches: int) -> float:
     import torch
 
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
@@ -54,7 +69,7 @@ def _time_loader(dataset, batch_size: int, workers: int, batches: int) -> float:
 
 
 def profile_input(path: str | os.PathLike, input_shape: tuple[int, ...], batch_size: int,
-                  compute_s: float, worker_counts=(0, 1, 2), batches: int = 4) -> dict:
+                  compute_s: float, worker_counts=(0, 1, 2), batches: int = 8) -> dict:
     root = check_folder(path)
     dataset = image_dataset(root, input_shape)
     trials = []

@@ -149,3 +149,37 @@ def node_input(load_s_per_sample: float, batch_size: int, compute_s: float,
         samples_per_s=weak_throughput(gpus_per_node, batch_size, step_s),
         samples_per_s_compute=weak_throughput(gpus_per_node, batch_size, compute_s),
         input_bound=None if cpu_cores is None else exposed > 0)
+
+
+def shared_cores_step_s(step_s: float, compute_cpu_s: float, load_s_per_batch: float,
+                        loader_workers: int, cores: float) -> float:
+    """Step time of a worker whose loader processes share its host's cores with its compute.
+
+    On a host where the training processes themselves run on the CPU, a worker and its
+    ``L`` loaders have ``c`` cores between them (the host's cores over its workers). A
+    worker's core is busy only while it computes (``compute_cpu_s`` of CPU time per step);
+    while it waits for the exchange the core is free, and the loaders decode then. In
+    steady state the step ``T`` is bounded three ways:
+
+    1. by its own critical path with the batch ready, ``T0 = step_s`` (compute + exchange);
+    2. by the loaders' delivery: ``L`` processes on at most ``c`` cores deliver one batch
+       every ``t_load / min(L, c)`` seconds;
+    3. by the cores' capacity: the CPU work of one step, ``compute_cpu_s + t_load``, must fit
+       in ``c T`` seconds of core time.
+
+    ``T = max(T0, t_load / min(L, c), (compute_cpu_s + t_load) / c)``, the step of ideal
+    time slicing (no cost for switching, every process runnable whenever it has work).
+    With ``L = 0`` the worker decodes before it computes: ``T = T0 + t_load``. With a core
+    free for every loader (``c >= threads + L``, ``compute_cpu_s = threads T_C``) bound 3
+    is a weighted mean of ``T_C`` and ``t_load / L`` and never binds; without an exchange
+    (``T0 = T_C``) the step is then ``max(T_C, t_load / L)``, that of :func:`exposed_io_s`.
+    """
+    if min(step_s, compute_cpu_s, load_s_per_batch) < 0 or loader_workers < 0 or cores <= 0:
+        raise ValueError(
+            f"need step_s, compute_cpu_s, load_s_per_batch >= 0, loader_workers >= 0 and "
+            f"cores > 0; got {step_s}, {compute_cpu_s}, {load_s_per_batch}, "
+            f"{loader_workers}, {cores}")
+    if loader_workers == 0:
+        return step_s + load_s_per_batch
+    return max(step_s, load_s_per_batch / min(float(loader_workers), cores),
+               (compute_cpu_s + load_s_per_batch) / cores)
