@@ -192,7 +192,7 @@ class Sweeper:
     def setup(self, gpus: int) -> StepSetup:
         """The setup at ``gpus`` devices (the servers sized for them)."""
         num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
-        return (self._base or self.base_setup()).at_workers(gpus, num_ps)
+        return self.base_setup().at_workers(gpus, num_ps)
 
     def workload(self, gpus: int) -> StepWorkload:
         """The step's workload at ``gpus``: exposed input depends on the devices per node."""
@@ -236,7 +236,7 @@ class RowMaker:
         cost = self.price * gpus / 3600.0 / sps * 1000.0 if self.price else None
         # SweepRow's fields in order (positional: a sweep makes tens of thousands)
         return SweepRow(
-            gpus, -(-gpus // self.per_node), self.arch,
+            gpus, ceil_div(gpus, self.per_node), self.arch,
             pred.num_ps if self.has_servers and gpus > 1 else 0,
             compute, pred.comm_s, pred.io_s, step, sps, speedup, speedup / gpus,
             (step - compute) / compute, pred.bottleneck, self.network, pred.form, cost)
