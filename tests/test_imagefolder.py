@@ -75,3 +75,32 @@ def test_profile_times_the_runners_decode(tmp_path):
     assert io["images"] == 8 and io["load_s_per_batch"] > 0
     assert io["load_s_per_sample"] == pytest.approx(io["load_s_per_batch"] / 4)
     assert io["loader_workers_needed"] == 1
+
+
+def test_profile_reads_a_small_folder_once_before_timing(tmp_path, monkeypatch):
+    import torch
+
+    from scalelab.profiler import input_pipeline
+
+    write_image_folder(tmp_path, images=6, size_px=32, classes=2)
+    opened = []
+    real_open = open
+
+    def counting_open(path, *args, **kwargs):
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", counting_open)
+    threads = torch.get_num_threads()
+    io = input_pipeline.profile_input(tmp_path, (3, 8, 8), batch_size=2, compute_s=1.0,
+                                      worker_counts=(0,), batches=1)
+    assert io["page_cache_warmed"] is True
+    assert torch.get_num_threads() == threads  # the one-thread timing restores the threads
+    images = {p for p, _ in input_pipeline.image_dataset(tmp_path, (3, 8, 8)).samples}
+    assert images <= set(opened)
+    monkeypatch.setattr(input_pipeline, "WARM_CACHE_BYTES", 0)
+    opened.clear()
+    io = input_pipeline.profile_input(tmp_path, (3, 8, 8), batch_size=2, compute_s=1.0,
+                                      worker_counts=(0,), batches=1)
+    assert io["page_cache_warmed"] is False
+    assert not images <= set(opened)  # only the samples the timing decodes were read
