@@ -161,6 +161,36 @@ def test_exposed_input_on_this_host_uses_the_idle_cores():
     assert exposed_input_s(0.1, 2, 0.05, 0.02, cores=8) == 0.0
 
 
+def test_the_fed_step_measured_is_a_floor_under_the_loader_step():
+    from types import SimpleNamespace
+
+    from scalelab.experiment.case import CaseInputs
+    from scalelab.experiment.loaders import cores_per_worker, exposed_input_s, step_input
+
+    inputs = CaseInputs(architecture="ps", workers=2, ps=1, partition="balanced",
+                        param_bytes=1e6, tensor_bytes=(), compute_s=0.03, contention=1.0,
+                        bandwidth_Bps=1e8, latency_s=1e-4, full_duplex=True)
+    io = {"load_s_per_sample": 0.5e-3}  # t_load 32 ms at batch 64
+    cores = cores_per_worker(2)
+    with_loader = SimpleNamespace(batch_size=64, loader_workers=1)
+    ideal = step_input(with_loader, io, inputs, 2, 0.05)
+    assert ideal["fed_step_s"] is None and ideal["load_s_per_batch"] == pytest.approx(0.032)
+    # without a measured floor: the ideal step of shared cores
+    assert ideal["io_s"] == pytest.approx(exposed_input_s(0.032, 1, 0.05,
+                                                          ideal["compute_cpu_s"], cores))
+    assert ideal["ideal_step_s"] == pytest.approx(0.05 + ideal["io_s"])
+    slower = step_input(with_loader, io, inputs, 2, 0.05, fed_step_s=0.09)
+    assert slower["ideal_step_s"] == pytest.approx(ideal["ideal_step_s"])
+    assert slower["fed_step_s"] == 0.09 and slower["io_s"] == pytest.approx(0.04)
+    faster = step_input(with_loader, io, inputs, 2, 0.05, fed_step_s=0.01)
+    assert faster["io_s"] == pytest.approx(ideal["io_s"])
+    # no loaders: the worker decodes before it computes, and a fed step is not used
+    inline = step_input(SimpleNamespace(batch_size=64, loader_workers=0), io, inputs, 2, 0.05,
+                        fed_step_s=0.5)
+    assert inline["fed_step_s"] is None and inline["io_s"] == pytest.approx(0.032)
+    assert step_input(with_loader, None, inputs, 2, 0.05, fed_step_s=0.09) is None
+
+
 def test_bad_data_folder_is_one_line_exit_2(capsys, tmp_path):
     code, out, err = _cli(capsys, *TOY, "--workers", "2", "--data", str(tmp_path / "none"))
     assert code == 2 and out == ""
@@ -202,11 +232,38 @@ def test_compare_on_an_image_folder_runs_the_loader_step(capsys, tmp_path):
             16 * io["load_s_per_sample"] * s["inputs"]["contention"])
         compute_s = s["inputs"]["compute_s"] * s["inputs"]["contention"]
         without_input = s["predicted"]["step_s"] - s["predicted"]["io_s"]
-        assert s["predicted"]["io_s"] == pytest.approx(exposed_input_s(
+        assert inp["ideal_step_s"] == pytest.approx(without_input + exposed_input_s(
             inp["load_s_per_batch"], inp["loader_workers"], without_input,
             inp["compute_cpu_s"], inp["cores_per_worker"]))
+        # with loaders, the step measured with every worker fed by its loaders is a floor
+        assert (inp["fed_step_s"] is None) == (inp["loader_workers"] == 0)
+        assert s["predicted"]["step_s"] == pytest.approx(
+            max(inp["ideal_step_s"], inp["fed_step_s"] or 0.0))
         assert s["predicted"]["step_s"] >= compute_s + s["predicted"]["io_s"]
         assert s["measured_samples_per_s"] > 0 and s["measured"]["data_s"] is not None
     # the baseline decodes in the worker: the whole t_load is predicted to show
     assert steps[0]["predicted"]["io_s"] == pytest.approx(
         steps[0]["predicted"]["input"]["load_s_per_batch"])
+
+
+@pytest.mark.dist
+def test_fed_timing_runs_every_worker_with_its_loaders(tmp_path):
+    import statistics
+
+    from scalelab.errors import RunFailure
+    from scalelab.experiment.measure import fed_step_of, time_fed_concurrently
+    from scalelab.imagefolder import write_image_folder
+    from scalelab.workload import WorkloadSpec
+
+    write_image_folder(tmp_path / "imgs", images=32, size_px=48, classes=4, seed=0)
+    spec = WorkloadSpec("tests.toy_compare:smallconv", input_shape=(3, 32, 32), num_classes=4)
+    got = time_fed_concurrently(spec, str(tmp_path / "imgs"), 8, 2, 1, 1, steps=3)
+    assert len(got) == 2
+    for t in got:
+        assert t["loader_workers"] == 1 and t["timed_steps"] == 3
+        assert t["data_s"] >= 0 and min(t["forward_s"], t["backward_s"]) > 0
+        assert t["step_s"] >= t["forward_s"] + t["backward_s"]
+    assert fed_step_of(got, "ps") == pytest.approx(statistics.median(
+        t["data_s"] + t["forward_s"] + t["backward_s"] for t in got))
+    with pytest.raises(RunFailure, match="not a folder"):
+        time_fed_concurrently(spec, str(tmp_path / "none"), 8, 2, 1, 1, steps=3)

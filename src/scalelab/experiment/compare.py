@@ -35,7 +35,11 @@ each worker (none) and the ``loaders`` step runs the plan's count, all on the fo
   decode whenever a core is free (:func:`scalelab.theory.io.shared_cores_step_s`: the
   step is the largest of the step without input, the loaders' delivery interval and the
   time the worker's cores take for its compute plus the decoding). Without loaders the
-  worker decodes before it computes, and all of ``t_load`` shows.
+  worker decodes before it computes, and all of ``t_load`` shows;
+- with loaders, the step the host's cores allow when every worker is fed by its loaders
+  (``T_fed``, measured just before the run: the workers train at once on the folder with
+  no exchange), a floor under the step: the ideal sharing above has no cost for moving
+  batches between processes or switching between them.
 
 Python use::
 
@@ -58,7 +62,12 @@ from typing import Any
 from scalelab.errors import RunFailure, UsageError
 from scalelab.experiment.case import CaseInputs, predict_case, relative_error
 from scalelab.experiment.loaders import input_note, step_input
-from scalelab.experiment.measure import Measurements, case_inputs, measured_parts
+from scalelab.experiment.measure import (
+    Measurements,
+    case_inputs,
+    fed_step_of,
+    measured_parts,
+)
 from scalelab.results import read_toml
 from scalelab.theory import amdahl
 from scalelab.workload import WorkloadSpec
@@ -324,7 +333,10 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
     inputs = case_inputs(_case(cfg, w, o.rate), form, meas, info)
     pred = predict_case(inputs)
-    pipeline = step_input(cfg, io, inputs, w, pred.step_s)
+    fed = None
+    if io and cfg.loader_workers > 0:
+        fed = fed_step_of(meas.fed_timings(o.data, cfg.batch_size, w, cfg.loader_workers), "ps")
+    pipeline = step_input(cfg, io, inputs, w, pred.step_s, fed)
     if pipeline:
         pred = predict_case(inputs, io_s=pipeline["io_s"])
     predicted = amdahl.weak_throughput(w, cfg.batch_size, pred.step_s)

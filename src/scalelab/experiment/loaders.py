@@ -8,6 +8,15 @@ the exchange, and its loaders decode whenever a core is free: the step follows
 delivery rate, and the cores' capacity for compute plus decoding), and the exposed input is
 what that adds to the step without input (:func:`exposed_input_s`). The parameter servers'
 own CPU work (receiving and applying updates) is left out.
+
+That step assumes ideal time slicing. Here the sharing itself costs: a batch decoded in a
+loader crosses to its worker through shared memory, and five or more processes switch on
+two cores. So where a worker has loaders, the cores' bound is also measured: the case's
+workers train at once on the folder, each fed by its own loaders, with no exchange
+(:meth:`scalelab.experiment.measure.Measurements.fed_timings`); their median wait for a
+batch plus compute is the step the cores allow, ``T_fed``. The predicted step is the larger
+of the ideal one and ``T_fed`` (the exchange wait is when loaders decode, so it does not add
+to ``T_fed``); both are kept in the step's ``input``.
 """
 
 from __future__ import annotations
@@ -45,21 +54,24 @@ def exposed_input_s(load_s_per_batch: float, loader_workers: int, step_s: float,
                                          loader_workers, cores) - step_s
 
 
-def step_input(cfg, io: dict | None, inputs: CaseInputs, workers: int, step_s: float
-               ) -> dict[str, Any] | None:
+def step_input(cfg, io: dict | None, inputs: CaseInputs, workers: int, step_s: float,
+               fed_step_s: float | None = None) -> dict[str, Any] | None:
     """The step's input pipeline: ``t_load`` at its batch under the case's contention, the
     cores of a worker and its loaders, the compute's CPU time (its threads busy for ``T_C``)
     and the exposed time over ``step_s`` (the step predicted without input); None on
-    synthetic data."""
+    synthetic data. ``fed_step_s``, where the worker has loaders: the measured ``T_fed``
+    (module doc), a floor under the step."""
     if not io or not io.get("load_s_per_sample"):
         return None
     load_s = cfg.batch_size * io["load_s_per_sample"] * inputs.contention
     cores = cores_per_worker(workers)
     compute_cpu_s = inputs.worker_compute_s * worker_threads(workers)
-    exposed = exposed_input_s(load_s, cfg.loader_workers, step_s, compute_cpu_s, cores)
+    ideal = step_s + exposed_input_s(load_s, cfg.loader_workers, step_s, compute_cpu_s, cores)
+    fed = fed_step_s if cfg.loader_workers > 0 else None
     return {"load_s_per_batch": load_s, "loader_workers": cfg.loader_workers,
             "loader_cores": loader_cores(workers), "cores_per_worker": cores,
-            "compute_cpu_s": compute_cpu_s, "io_s": exposed}
+            "compute_cpu_s": compute_cpu_s, "ideal_step_s": ideal, "fed_step_s": fed,
+            "io_s": max(ideal, fed or 0.0) - step_s}
 
 
 def input_note(recommended, io: dict | None, workers: int) -> str:

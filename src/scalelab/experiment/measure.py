@@ -12,9 +12,15 @@
 - **link**: :func:`scalelab.netem.measure_link` on a two-host emulated network of the
   case's rate (bandwidth of one TCP stream, latency from a ping-pong), or the same probe on
   loopback without a rate. Every host's link is shaped, workers and dedicated servers alike.
+- **fed steps**: on an image folder with loader processes, the loaders decode on the same
+  cores as the workers compute. The case's W workers are started at once, each reading its
+  shards through its own L loader processes (the runner's
+  :class:`~scalelab.runner.loader.LoaderShards`) and training on them with no exchange; the
+  median wait for a batch and the compute under that load tell how long the host's cores
+  take to feed and train one step (:meth:`Measurements.fed_timings`).
 
 The step-timing processes run this module (``python -m scalelab.experiment.measure
---time-steps ...``).
+--time-steps ...`` and ``--time-fed-steps ...``).
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ from scalelab.errors import RunFailure
 from scalelab.experiment.case import CaseInputs, full_duplex_of
 from scalelab.workload import WorkloadSpec
 
+FED_WARMUP = 2
+"""Fed steps left untimed after the loaders' first batch (their queues filling)."""
+FED_STEPS = 8
+"""Fed steps timed at least: a loader's batch arrives every few steps, not every step."""
+
 
 def worker_threads(workers: int) -> int:
     """Torch threads the local launcher gives each worker (as the runner does)."""
@@ -38,12 +49,12 @@ def worker_threads(workers: int) -> int:
     return max(1, cpu_count() // workers)
 
 
-def _start(cmd: list[str], processes: int) -> list[subprocess.Popen]:
+def _start(cmds: list[list[str]]) -> list[subprocess.Popen]:
     # each in its own session, as the runner starts its ranks: with the kernel's session
     # autogroups, processes of one session share one group's CPU time
     return [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
-            for _ in range(processes)]
+            for cmd in cmds]
 
 
 def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threads: int,
@@ -56,7 +67,24 @@ def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threa
     """
     cmd = [sys.executable, "-m", "scalelab.experiment.measure", "--time-steps",
            json.dumps(spec.to_dict()), str(batch_size), str(threads), str(steps), str(seed)]
-    procs = _start(cmd, processes)
+    return _time_together([cmd] * processes, timeout_s)
+
+
+def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, workers: int,
+                          loader_workers: int, threads: int, steps: int, seed: int = 0,
+                          timeout_s: float = 300.0) -> list[dict]:
+    """Worker k of ``workers`` (all at once) trains ``steps`` steps on its shards of the image
+    folder ``data``, read through ``loader_workers`` loader processes; one dict per worker
+    with the medians of ``data_s`` (the wait for the batch) and of each compute phase."""
+    spec_json = json.dumps(spec.to_dict())
+    cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-fed-steps",
+             spec_json, str(batch_size), str(threads), str(steps), str(seed), data,
+             str(loader_workers), str(workers), str(k)] for k in range(workers)]
+    return _time_together(cmds, timeout_s)
+
+
+def _time_together(cmds: list[list[str]], timeout_s: float) -> list[dict]:
+    procs = _start(cmds)
     try:
         for p in procs:
             line = p.stdout.readline().strip()
@@ -90,6 +118,11 @@ def compute_of(timing: dict, architecture: str) -> float:
     return timing["step_s"]
 
 
+def fed_step_of(timings: list[dict], architecture: str) -> float:
+    """The median over workers of a fed timing's wait for the batch plus its compute."""
+    return statistics.median(t["data_s"] + compute_of(t, architecture) for t in timings)
+
+
 class Measurements:
     """Lone profiles, contention factors and links, measured when first needed and cached.
 
@@ -105,6 +138,7 @@ class Measurements:
         self.say = say or (lambda msg: None)
         self.lone: dict[tuple[int, int], dict] = {}
         self.crowd: dict[tuple[int, int], list[dict]] = {}
+        self.fed: dict[tuple[str, int, int, int], list[dict]] = {}
         self.links: dict[str | None, dict] = {}
         self.profiles: list[dict] = []
 
@@ -112,6 +146,7 @@ class Measurements:
         if self.fresh_profiles:
             self.lone.clear()
             self.crowd.clear()
+            self.fed.clear()
 
     def lone_timing(self, batch_size: int, threads: int) -> dict:
         key = (batch_size, threads)
@@ -139,6 +174,18 @@ class Measurements:
         crowd = [compute_of(t, architecture)
                  for t in self.contended_timings(batch_size, workers)]
         return statistics.median(crowd) / lone
+
+    def fed_timings(self, data: str, batch_size: int, workers: int, loader_workers: int
+                    ) -> list[dict]:
+        """:func:`time_fed_concurrently` for a case's workers, each with its loaders."""
+        key = (data, batch_size, workers, loader_workers)
+        if key not in self.fed:
+            self.say(f"timing {workers} workers fed by {loader_workers} loader(s) each, "
+                     f"batch {batch_size}")
+            self.fed[key] = time_fed_concurrently(
+                self.spec, data, batch_size, workers, loader_workers, worker_threads(workers),
+                max(FED_STEPS, self.profile_steps), self.seed)
+        return self.fed[key]
 
     def link(self, rate: str | None) -> dict:
         if rate not in self.links:
@@ -205,13 +252,60 @@ def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
     print(json.dumps({**asdict(t), "threads": threads}), flush=True)
 
 
+def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                          seed: int, data: str, loader_workers: int, workers: int,
+                          worker: int) -> None:
+    import time
+
+    import torch
+
+    from scalelab.runner.data import ImageFolderShards
+    from scalelab.runner.loader import LoaderShards
+    from scalelab.workload import logits_of
+
+    torch.set_num_threads(threads)
+    spec = WorkloadSpec.from_dict(json.loads(spec_json))
+    model = spec.build_model(seed=seed)
+    optimizer, loss_fn = spec.make_optimizer(model.parameters()), spec.loss_fn()
+    shards = ImageFolderShards(spec, data, seed, workers, batch_size)
+    phases: dict[str, list[float]] = {p: [] for p in ("data_s", "forward_s", "backward_s",
+                                                      "step_s")}
+    with LoaderShards(shards, worker, 1 + FED_WARMUP + steps, loader_workers) as feed:
+        for s in range(1 + FED_WARMUP + steps):
+            if s == 1:  # the loaders have started and delivered once
+                print("ready", flush=True)
+                sys.stdin.readline()
+            t0 = time.perf_counter()
+            x, y = feed.shard(s, worker)
+            t1 = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(logits_of(model(x)), y)
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            optimizer.step()
+            t4 = time.perf_counter()
+            if s > FED_WARMUP:
+                for p, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t1)):
+                    phases[p].append(v)
+    print(json.dumps({**{p: statistics.median(v) for p, v in phases.items()},
+                      "threads": threads, "loader_workers": loader_workers,
+                      "timed_steps": steps}), flush=True)
+
+
 def child_main(argv: list[str]) -> int:
-    """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process."""
+    """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process;
+    ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker."""
     if len(argv) == 6 and argv[0] == "--time-steps":
         _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return 0
+    if len(argv) == 10 and argv[0] == "--time-fed-steps":
+        _time_fed_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]),
+                              argv[6], int(argv[7]), int(argv[8]), int(argv[9]))
+        return 0
     print("usage: python -m scalelab.experiment.measure --time-steps SPEC_JSON BATCH THREADS "
-          "STEPS SEED", file=sys.stderr)
+          "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
+          "WORKERS WORKER", file=sys.stderr)
     return 2
 
 
