@@ -11,7 +11,8 @@ A grid of real runs on emulated networks (network namespaces, links shaped with 
   workers share this machine's cores (the measured contention factor).
 
 Every case is predicted by :mod:`scalelab.experiment.validate` (the step model, lone
-profile, contention, measured link, the runner's exchange form) before it runs. Then every
+profile, contention, measured link, the runner's exchange form; for all-reduce, the step of
+its workers as DDP processes on loopback as a floor) before it runs. Then every
 third case is given to the calibration (:func:`scalelab.experiment.calibrate.calibrate`:
 it fits what those cases constrain and keeps the fit only if it lowers their held-out
 error), and the others are predicted again with the model it chose. Printed: median and
@@ -77,8 +78,10 @@ def _print_summary(result: dict, cal, load_before) -> None:
     links, contention = result["link"], result["contention"]
     print("links: " + ", ".join(f"{k} {Bps_to_mbps(v['bandwidth_Bps']):.1f} Mbit/s "
                                  f"{v['latency_s'] * 1e6:.0f} us" for k, v in links.items()))
-    print("contention: " + ", ".join(f"{c['model'].rpartition(':')[2]} {c['architecture']} "
-                                     f"W={c['workers']} x{c['factor']:.2f}" for c in contention))
+    print("contention: " + ", ".join(
+        f"{c['model'].rpartition(':')[2]} {c['architecture']} W={c['workers']} "
+        f"x{c['factor']:.2f}" + (f" (DDP on loopback {c['floor_step_s'] * 1e3:.0f} ms)"
+                                 if c.get("floor_step_s") else "") for c in contention))
     print(f"{len(result['cases'])} cases in {result['grid_s']:.0f} s; fitted on "
           f"{result['fitted_cases']}, held out {before['cases']}; "
           f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
@@ -100,12 +103,15 @@ def _print_summary(result: dict, cal, load_before) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--profile-steps", type=int, default=10,
+                    help="steps timed for each case's lone profile and contention")
     ap.add_argument("--fit-every", type=int, default=3,
                     help="every k-th case is used for fitting (default 3)")
     ap.add_argument("--out", default="bench-out/prediction_error.json")
     ap.add_argument("--plot", default="bench-out/prediction_error.png")
     args = ap.parse_args()
-    options = ValidationOptions(steps=args.steps, warmup_steps=2, timeout_s=120)
+    options = ValidationOptions(steps=args.steps, warmup_steps=2, timeout_s=120,
+                                profile_steps=args.profile_steps)
     t0 = time.perf_counter()
     load_before = os.getloadavg()
     cases, links, contention = [], {}, []

@@ -56,6 +56,9 @@ class CaseInputs:
     """Measured per-message latency of the link, seconds."""
     full_duplex: bool
     """The runner's exchange is pipelined (``RunConfig.exchange_form``)."""
+    floor_step_s: float = 0.0
+    """A step measured with the case's workers on the fastest link (all-reduce: DDP on
+    loopback), seconds; the predicted step is never below it. 0: none measured."""
 
     def __post_init__(self):
         if self.architecture not in CASE_ARCHITECTURES:
@@ -70,6 +73,8 @@ class CaseInputs:
                 raise ValueError(f"case {name} must be > 0, got {getattr(self, name)}")
         if not self.latency_s >= 0:
             raise ValueError(f"case latency_s must be >= 0, got {self.latency_s}")
+        if not self.floor_step_s >= 0:
+            raise ValueError(f"case floor_step_s must be >= 0, got {self.floor_step_s}")
         object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
 
     @property
@@ -92,7 +97,8 @@ class CaseInputs:
                        tensor_bytes=tuple(d.get("tensor_bytes") or ()),
                        compute_s=float(d["compute_s"]), contention=float(d["contention"]),
                        bandwidth_Bps=float(d["bandwidth_Bps"]),
-                       latency_s=float(d["latency_s"]), full_duplex=bool(d["full_duplex"]))
+                       latency_s=float(d["latency_s"]), full_duplex=bool(d["full_duplex"]),
+                       floor_step_s=float(d.get("floor_step_s") or 0.0))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
 
@@ -111,7 +117,9 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
     ``io_s`` the input time per step not hidden by loader processes (0: synthetic data).
 
     The calibrated per-message latency adds to the measured link's; every host's link
-    (workers and dedicated servers alike) has the measured bandwidth.
+    (workers and dedicated servers alike) has the measured bandwidth. A step the model puts
+    below the case's measured ``floor_step_s`` is raised to it, its bottleneck the compute
+    (the host's cores: the floor was measured with the fastest link).
     """
     if not isinstance(inputs, CaseInputs):
         inputs = CaseInputs.from_dict(inputs)
@@ -124,7 +132,10 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
                       worker_bandwidth_Bps=inputs.bandwidth_Bps,
                       ps_bandwidth_Bps=inputs.bandwidth_Bps,
                       latency_s=inputs.latency_s + params.latency_s)
-    return predict_step(workload, setup, params)
+    pred = predict_step(workload, setup, params)
+    if inputs.floor_step_s > pred.step_s:
+        return dataclasses.replace(pred, step_s=inputs.floor_step_s, bottleneck="compute")
+    return pred
 
 
 def relative_error(predicted: float, measured: float) -> float:

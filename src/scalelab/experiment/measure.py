@@ -6,9 +6,12 @@
   an all-reduce worker's is forward + backward + optimizer step.
 - **contention**: every emulated host is a process on this one machine, so W workers share
   its cores. The case's W workers are started at once, each timing steps; their median
-  compute over the lone one is the contention factor. Both are measured just before each
-  case (``fresh_profiles``), so that load from other processes on a shared machine weighs
-  on the prediction as it does on the run.
+  compute over the lone one is the contention factor.
+- **loopback floor** (all-reduce): the case's W workers also train at once as DDP processes
+  on Gloo over loopback, the runner's own exchange on the fastest link there is. Gloo's
+  threads use the cores beside the compute and each step waits for the slowest worker,
+  which W plain processes do not show; no link makes a step faster than this one, so its
+  median is a floor under the case's predicted step (``CaseInputs.floor_step_s``).
 - **link**: :func:`scalelab.netem.measure_link` on a two-host emulated network of the
   case's rate (bandwidth of one TCP stream, latency from a ping-pong), or the same probe on
   loopback without a rate. Every host's link is shaped, workers and dedicated servers alike.
@@ -19,12 +22,17 @@
   median wait for a batch and the compute under that load tell how long the host's cores
   take to feed and train one step (:meth:`Measurements.fed_timings`).
 
+Compute, contention and floor are measured just before each case (``fresh_profiles``), so
+that load from other processes on a shared machine weighs on the prediction as it does on
+the run.
+
 The step-timing processes run this module (``python -m scalelab.experiment.measure
---time-steps ...`` and ``--time-fed-steps ...``).
+--time-steps ...``, ``--time-ddp-steps ...`` and ``--time-fed-steps ...``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
 import subprocess
@@ -36,8 +44,9 @@ from scalelab.errors import RunFailure
 from scalelab.experiment.case import CaseInputs, full_duplex_of
 from scalelab.workload import WorkloadSpec
 
-FED_WARMUP = 2
-"""Fed steps left untimed after the loaders' first batch (their queues filling)."""
+SETTLE_STEPS = 2
+"""Steps left untimed after the first of a fed or DDP timing (the loaders' queues filling,
+DDP's buckets rebuilt after its first backward)."""
 FED_STEPS = 8
 """Fed steps timed at least: a loader's batch arrives every few steps, not every step."""
 
@@ -49,11 +58,12 @@ def worker_threads(workers: int) -> int:
     return max(1, cpu_count() // workers)
 
 
-def _start(cmds: list[list[str]]) -> list[subprocess.Popen]:
+def _start(cmds: list[list[str]], env: dict | None = None) -> list[subprocess.Popen]:
     # each in its own session, as the runner starts its ranks: with the kernel's session
     # autogroups, processes of one session share one group's CPU time
     return [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True,
+                             env=env)
             for cmd in cmds]
 
 
@@ -83,14 +93,34 @@ def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, worker
     return _time_together(cmds, timeout_s)
 
 
-def _time_together(cmds: list[list[str]], timeout_s: float) -> list[dict]:
-    procs = _start(cmds)
+def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
+                          steps: int, seed: int = 0, timeout_s: float = 300.0) -> list[dict]:
+    """``workers`` DDP processes on Gloo over loopback (127.0.0.1) train ``steps`` steps at
+    once, as the runner's all-reduce workers do; one dict per rank with the medians of each
+    phase (``step_s``: forward + backward with its all-reduce + optimizer)."""
+    import os
+
+    from scalelab.runner.launch import free_port
+
+    spec_json, port = json.dumps(spec.to_dict()), free_port()
+    cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-ddp-steps",
+             spec_json, str(batch_size), str(threads), str(steps), str(seed), str(port),
+             str(workers), str(rank)] for rank in range(workers)]
+    return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+
+
+def _time_together(cmds: list[list[str]], timeout_s: float, env: dict | None = None
+                   ) -> list[dict]:
+    procs = _start(cmds, env)
     try:
         for p in procs:
             line = p.stdout.readline().strip()
             if line != "ready":
-                err = p.stderr.read().strip().splitlines()[-1:] if p.poll() is not None else ""
-                raise RunFailure(f"step timing process failed to start: {err or line!r}")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=10)  # its output ended: let it exit, then read why
+                err = p.stderr.read().strip().splitlines()[-1:] if p.poll() is not None else []
+                raise RunFailure("step timing process failed to start: "
+                                 + (err[0] if err else repr(line)))
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -139,6 +169,7 @@ class Measurements:
         self.lone: dict[tuple[int, int], dict] = {}
         self.crowd: dict[tuple[int, int], list[dict]] = {}
         self.fed: dict[tuple[str, int, int, int], list[dict]] = {}
+        self.ddp: dict[tuple[int, int], list[dict]] = {}
         self.links: dict[str | None, dict] = {}
         self.profiles: list[dict] = []
 
@@ -147,6 +178,7 @@ class Measurements:
             self.lone.clear()
             self.crowd.clear()
             self.fed.clear()
+            self.ddp.clear()
 
     def lone_timing(self, batch_size: int, threads: int) -> dict:
         key = (batch_size, threads)
@@ -174,6 +206,16 @@ class Measurements:
         crowd = [compute_of(t, architecture)
                  for t in self.contended_timings(batch_size, workers)]
         return statistics.median(crowd) / lone
+
+    def loopback_timings(self, batch_size: int, workers: int) -> list[dict]:
+        """:func:`time_ddp_concurrently` for a case's all-reduce workers."""
+        key = (batch_size, workers)
+        if key not in self.ddp:
+            self.say(f"timing {workers} DDP workers at once on loopback, batch {batch_size}")
+            self.ddp[key] = time_ddp_concurrently(
+                self.spec, batch_size, workers, worker_threads(workers),
+                max(FED_STEPS, self.profile_steps), self.seed)
+        return self.ddp[key]
 
     def fed_timings(self, data: str, batch_size: int, workers: int, loader_workers: int
                     ) -> list[dict]:
@@ -205,18 +247,23 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     """Measure what one case's prediction needs (``config`` keyed by the grid's keys).
 
     ``exchange_form`` is the run's ``RunConfig.exchange_form``; ``info`` the workload's
-    :func:`scalelab.workload.describe`.
+    :func:`scalelab.workload.describe`. An all-reduce case of two or more workers also gets
+    its ``floor_step_s``: the median step of its workers timed as DDP processes on loopback
+    (:meth:`Measurements.loopback_timings`).
     """
     arch, w, b = config["architecture"], config["workers"], config["batch_size"]
     lone = meas.lone_timing(b, worker_threads(w))
     link = meas.link(config.get("rate"))
+    floor = 0.0
+    if arch == "allreduce" and w > 1:
+        floor = statistics.median(t["step_s"] for t in meas.loopback_timings(b, w))
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
         partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,
         tensor_bytes=tuple(info.tensor_bytes) if config.get("partition") == "tensor" else (),
         compute_s=compute_of(lone, arch), contention=meas.contention(b, w, arch),
         bandwidth_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
-        full_duplex=full_duplex_of(exchange_form))
+        full_duplex=full_duplex_of(exchange_form), floor_step_s=floor)
 
 
 def _median(steps: dict, name: str) -> float | None:
@@ -270,8 +317,8 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
     shards = ImageFolderShards(spec, data, seed, workers, batch_size)
     phases: dict[str, list[float]] = {p: [] for p in ("data_s", "forward_s", "backward_s",
                                                       "step_s")}
-    with LoaderShards(shards, worker, 1 + FED_WARMUP + steps, loader_workers) as feed:
-        for s in range(1 + FED_WARMUP + steps):
+    with LoaderShards(shards, worker, 1 + SETTLE_STEPS + steps, loader_workers) as feed:
+        for s in range(1 + SETTLE_STEPS + steps):
             if s == 1:  # the loaders have started and delivered once
                 print("ready", flush=True)
                 sys.stdin.readline()
@@ -285,7 +332,7 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
             t3 = time.perf_counter()
             optimizer.step()
             t4 = time.perf_counter()
-            if s > FED_WARMUP:
+            if s > SETTLE_STEPS:
                 for p, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t1)):
                     phases[p].append(v)
     print(json.dumps({**{p: statistics.median(v) for p, v in phases.items()},
@@ -293,11 +340,57 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
                       "timed_steps": steps}), flush=True)
 
 
+def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                          seed: int, port: int, workers: int, rank: int) -> None:
+    import time
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from scalelab.workload import logits_of
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=workers, timeout=timedelta(seconds=120))
+    try:
+        spec = WorkloadSpec.from_dict(json.loads(spec_json))
+        ddp = DistributedDataParallel(spec.build_model(seed=seed))
+        optimizer, loss_fn = spec.make_optimizer(ddp.parameters()), spec.loss_fn()
+        x, y = spec.synthetic_batch(batch_size, seed=seed + rank)
+        phases: dict[str, list[float]] = {p: [] for p in ("forward_s", "backward_s",
+                                                          "step_s")}
+        for s in range(1 + SETTLE_STEPS + steps):
+            if s == 1:
+                print("ready", flush=True)
+                sys.stdin.readline()
+            t0 = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(logits_of(ddp(x)), y)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            optimizer.step()
+            t3 = time.perf_counter()
+            if s > SETTLE_STEPS:
+                for p, v in zip(phases, (t1 - t0, t2 - t1, t3 - t0)):
+                    phases[p].append(v)
+    finally:
+        dist.destroy_process_group()
+    print(json.dumps({**{p: statistics.median(v) for p, v in phases.items()},
+                      "threads": threads, "timed_steps": steps}), flush=True)
+
+
 def child_main(argv: list[str]) -> int:
     """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process;
-    ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker."""
+    ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker;
+    ``--time-ddp-steps ... SEED PORT WORKERS RANK``: one DDP rank on loopback."""
     if len(argv) == 6 and argv[0] == "--time-steps":
         _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+        return 0
+    if len(argv) == 9 and argv[0] == "--time-ddp-steps":
+        _time_ddp_steps_child(argv[1], *map(int, argv[2:6]), *map(int, argv[6:9]))
         return 0
     if len(argv) == 10 and argv[0] == "--time-fed-steps":
         _time_fed_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]),
@@ -305,7 +398,8 @@ def child_main(argv: list[str]) -> int:
         return 0
     print("usage: python -m scalelab.experiment.measure --time-steps SPEC_JSON BATCH THREADS "
           "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
-          "WORKERS WORKER", file=sys.stderr)
+          "WORKERS WORKER | --time-ddp-steps SPEC_JSON BATCH THREADS STEPS SEED PORT WORKERS "
+          "RANK", file=sys.stderr)
     return 2
 
 

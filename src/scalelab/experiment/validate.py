@@ -372,5 +372,6 @@ def summarize(spec: WorkloadSpec, cases: list[ValidationCase], meas: Measurement
         profile=meas.profiles,
         contention=[{"batch_size": c.config["batch_size"], "workers": c.config["workers"],
                      "architecture": c.config["architecture"],
-                     "factor": c.inputs.contention} for c in cases],
+                     "factor": c.inputs.contention,
+                     "floor_step_s": c.inputs.floor_step_s} for c in cases],
         exchange_form=exchange_form, calibration=summary)

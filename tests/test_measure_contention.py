@@ -1,0 +1,95 @@
+"""What a case's prediction starts from: the contention of plain processes, and for
+all-reduce workers a floor measured with DDP processes on loopback."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from scalelab.experiment.case import CaseInputs, predict_case
+from scalelab.experiment.measure import Measurements, case_inputs
+from scalelab.workload import WorkloadSpec
+
+SPEC = WorkloadSpec("tests.toy_validate:conv_heavy", input_shape=(3, 32, 32), num_classes=10)
+SLOW = {"bandwidth_Bps": 37.5e6, "latency_s": 200e-6}
+
+
+class Known(Measurements):
+    """Measurements with known timings; what was timed is recorded."""
+
+    def __init__(self, crowd_step_s: list[float], ddp_step_s: list[float]):
+        super().__init__(SPEC)
+        self.crowd_step_s, self.ddp_step_s, self.asked = crowd_step_s, ddp_step_s, []
+
+    def lone_timing(self, batch_size, threads):
+        return {"forward_s": 0.02, "backward_s": 0.04, "step_s": 0.065}
+
+    def contended_timings(self, batch_size, workers):
+        self.asked.append("plain")
+        return [{"forward_s": s / 3, "backward_s": s * 2 / 3 - 0.005, "step_s": s}
+                for s in self.crowd_step_s]
+
+    def loopback_timings(self, batch_size, workers):
+        self.asked.append("ddp")
+        return [{"forward_s": 0.02, "backward_s": s - 0.03, "step_s": s}
+                for s in self.ddp_step_s]
+
+    def link(self, rate):
+        return SLOW
+
+
+class Info:
+    param_bytes = 1e6
+    tensor_bytes = (1_000_000,)
+
+
+def _case(arch, workers=2):
+    return {"architecture": arch, "workers": workers, "ps": 1 if arch == "ps" else None,
+            "partition": "balanced", "batch_size": 16, "rate": "300mbit"}
+
+
+def test_a_parameter_server_case_has_no_floor():
+    meas = Known([0.07, 0.08, 0.09], [0.5])
+    inputs = case_inputs(_case("ps"), "push-then-pull", meas, Info())
+    assert meas.asked == ["plain"] and inputs.floor_step_s == 0.0
+    # forward + backward of the crowd's median over the lone forward + backward
+    assert inputs.contention == pytest.approx((0.08 - 0.005) / 0.06)
+
+
+def test_an_allreduce_case_is_floored_by_its_ddp_step_on_loopback():
+    ddp = [0.30, 0.36, 0.33]
+    meas = Known([0.07, 0.08, 0.09], ddp)
+    inputs = case_inputs(_case("allreduce"), "push-then-pull", meas, Info())
+    assert sorted(meas.asked) == ["ddp", "plain"]
+    assert inputs.contention == pytest.approx(0.08 / 0.065)
+    assert inputs.floor_step_s == pytest.approx(statistics.median(ddp))
+    unfloored = predict_case({**inputs.to_dict(), "floor_step_s": 0.0})
+    assert unfloored.step_s < 0.33  # 1 MB at 300 Mbit/s beside 80 ms of compute
+    pred = predict_case(inputs)
+    assert pred.step_s == pytest.approx(0.33) and pred.bottleneck == "compute"
+    # a floor under the model's step changes nothing
+    low = predict_case({**inputs.to_dict(), "floor_step_s": unfloored.step_s / 2})
+    assert low == unfloored
+    # written and read back with the case
+    assert CaseInputs.from_dict(inputs.to_dict()) == inputs
+
+
+def test_one_allreduce_worker_is_not_timed_on_loopback():
+    meas = Known([0.07], [0.5])
+    inputs = case_inputs(_case("allreduce", workers=1), "push-then-pull", meas, Info())
+    assert "ddp" not in meas.asked and inputs.floor_step_s == 0.0
+
+
+@pytest.mark.dist
+def test_ddp_timing_runs_every_rank_on_loopback():
+    import torch
+
+    from scalelab.experiment.measure import time_ddp_concurrently
+
+    torch.set_num_threads(1)
+    got = time_ddp_concurrently(SPEC, 8, 2, 1, steps=3)
+    assert len(got) == 2
+    for t in got:
+        assert t["timed_steps"] == 3 and min(t["forward_s"], t["backward_s"]) > 0
+        assert t["step_s"] >= max(t["forward_s"], t["backward_s"])
