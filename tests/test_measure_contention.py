@@ -81,6 +81,13 @@ def test_one_allreduce_worker_is_not_timed_on_loopback():
     assert "ddp" not in meas.asked and inputs.floor_step_s == 0.0
 
 
+def test_a_case_on_loopback_has_no_floor_from_loopback():
+    # the floor would be the very run the case predicts
+    meas = Known([0.07, 0.08], [0.5])
+    inputs = case_inputs({**_case("allreduce"), "rate": None}, "push-then-pull", meas, Info())
+    assert meas.asked == ["plain"] and inputs.floor_step_s == 0.0
+
+
 @pytest.mark.dist
 def test_ddp_timing_runs_every_rank_on_loopback():
     import torch

@@ -11,7 +11,8 @@
   on Gloo over loopback, the runner's own exchange on the fastest link there is. Gloo's
   threads use the cores beside the compute and each step waits for the slowest worker,
   which W plain processes do not show; no link makes a step faster than this one, so its
-  median is a floor under the case's predicted step (``CaseInputs.floor_step_s``).
+  median is a floor under the case's predicted step (``CaseInputs.floor_step_s``), for a
+  case on an emulated link (on loopback that timing would be the run itself).
 - **link**: :func:`scalelab.netem.measure_link` on a two-host emulated network of the
   case's rate (bandwidth of one TCP stream, latency from a ping-pong), or the same probe on
   loopback without a rate. Every host's link is shaped, workers and dedicated servers alike.
@@ -247,15 +248,16 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     """Measure what one case's prediction needs (``config`` keyed by the grid's keys).
 
     ``exchange_form`` is the run's ``RunConfig.exchange_form``; ``info`` the workload's
-    :func:`scalelab.workload.describe`. An all-reduce case of two or more workers also gets
-    its ``floor_step_s``: the median step of its workers timed as DDP processes on loopback
-    (:meth:`Measurements.loopback_timings`).
+    :func:`scalelab.workload.describe`. An all-reduce case of two or more workers on an
+    emulated link also gets its ``floor_step_s``: the median step of its workers timed as
+    DDP processes on loopback (:meth:`Measurements.loopback_timings`). A case that itself
+    runs on loopback gets none: that timing would be the run it predicts.
     """
     arch, w, b = config["architecture"], config["workers"], config["batch_size"]
     lone = meas.lone_timing(b, worker_threads(w))
     link = meas.link(config.get("rate"))
     floor = 0.0
-    if arch == "allreduce" and w > 1:
+    if arch == "allreduce" and w > 1 and config.get("rate") is not None:
         floor = statistics.median(t["step_s"] for t in meas.loopback_timings(b, w))
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
