@@ -9,9 +9,9 @@ delivery rate, and the cores' capacity for compute plus decoding), and the expos
 what that adds to the step without input (:func:`exposed_input_s`). The parameter servers'
 own CPU work (receiving and applying updates) is left out.
 
-That step assumes ideal time slicing. Here the sharing itself costs: a batch decoded in a
-loader crosses to its worker through shared memory, and five or more processes switch on
-two cores. So where a worker has loaders, the cores' bound is also measured: the case's
+That step assumes ideal time slicing, with no cost for a batch's trip from a loader to its
+worker through shared memory or for switching five or more processes on two cores. So
+where a worker has loaders, the cores' bound is also measured: the case's
 workers train at once on the folder, each fed by its own loaders, with no exchange
 (:meth:`scalelab.experiment.measure.Measurements.fed_timings`); their median wait for a
 batch plus compute is the step the cores allow, ``T_fed``. The predicted step is the larger
