@@ -62,12 +62,7 @@ from typing import Any
 from scalelab.errors import RunFailure, UsageError
 from scalelab.experiment.case import CaseInputs, predict_case, relative_error
 from scalelab.experiment.loaders import input_note, step_input
-from scalelab.experiment.measure import (
-    Measurements,
-    case_inputs,
-    fed_step_of,
-    measured_parts,
-)
+from scalelab.experiment.measure import Measurements, case_inputs, fed_step_of, measured_parts
 from scalelab.results import read_toml
 from scalelab.theory import amdahl
 from scalelab.workload import WorkloadSpec

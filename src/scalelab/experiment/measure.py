@@ -46,10 +46,10 @@ from scalelab.experiment.case import CaseInputs, full_duplex_of
 from scalelab.workload import WorkloadSpec
 
 SETTLE_STEPS = 2
-"""Steps left untimed after the first of a fed or DDP timing (the loaders' queues filling,
-DDP's buckets rebuilt after its first backward)."""
+"""Fed steps left untimed after the loaders' first batch (their queues filling)."""
 FED_STEPS = 8
-"""Fed steps timed at least: a loader's batch arrives every few steps, not every step."""
+"""Fed or DDP steps timed at least: a loader's batch arrives every few steps, not every
+step, and a DDP step waits for the slowest of its workers."""
 
 
 def worker_threads(workers: int) -> int:
@@ -97,8 +97,9 @@ def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, worker
 def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
                           steps: int, seed: int = 0, timeout_s: float = 300.0) -> list[dict]:
     """``workers`` DDP processes on Gloo over loopback (127.0.0.1) train ``steps`` steps at
-    once, as the runner's all-reduce workers do; one dict per rank with the medians of each
-    phase (``step_s``: forward + backward with its all-reduce + optimizer)."""
+    once, as the runner's all-reduce workers do; one dict per rank, a
+    :class:`~scalelab.profiler.timing.StepTiming` (``step_s``: forward + backward with its
+    all-reduce + optimizer)."""
     import os
 
     from scalelab.runner.launch import free_port
@@ -289,11 +290,17 @@ def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
                       seed: int) -> None:
     import torch
 
-    from scalelab.profiler import time_steps
-
     torch.set_num_threads(threads)
     spec = WorkloadSpec.from_dict(json.loads(spec_json))
-    model = spec.build_model(seed=seed)
+    _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed)
+
+
+def _time_when_told(spec: WorkloadSpec, model, batch_size: int, threads: int, steps: int,
+                    seed: int) -> None:
+    """Warm ``model`` up, say ``ready``, wait for the go line, then time ``steps`` steps
+    with :func:`scalelab.profiler.time_steps` and print them as one JSON line."""
+    from scalelab.profiler import time_steps
+
     time_steps(spec, model, batch_size, warmup=1, steps=1, seed=seed)
     print("ready", flush=True)
     sys.stdin.readline()
@@ -344,14 +351,11 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
 
 def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
                           seed: int, port: int, workers: int, rank: int) -> None:
-    import time
     from datetime import timedelta
 
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
-
-    from scalelab.workload import logits_of
 
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
@@ -359,29 +363,9 @@ def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
     try:
         spec = WorkloadSpec.from_dict(json.loads(spec_json))
         ddp = DistributedDataParallel(spec.build_model(seed=seed))
-        optimizer, loss_fn = spec.make_optimizer(ddp.parameters()), spec.loss_fn()
-        x, y = spec.synthetic_batch(batch_size, seed=seed + rank)
-        phases: dict[str, list[float]] = {p: [] for p in ("forward_s", "backward_s",
-                                                          "step_s")}
-        for s in range(1 + SETTLE_STEPS + steps):
-            if s == 1:
-                print("ready", flush=True)
-                sys.stdin.readline()
-            t0 = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(logits_of(ddp(x)), y)
-            t1 = time.perf_counter()
-            loss.backward()
-            t2 = time.perf_counter()
-            optimizer.step()
-            t3 = time.perf_counter()
-            if s > SETTLE_STEPS:
-                for p, v in zip(phases, (t1 - t0, t2 - t1, t3 - t0)):
-                    phases[p].append(v)
+        _time_when_told(spec, ddp, batch_size, threads, steps, seed)
     finally:
         dist.destroy_process_group()
-    print(json.dumps({**{p: statistics.median(v) for p, v in phases.items()},
-                      "threads": threads, "timed_steps": steps}), flush=True)
 
 
 def child_main(argv: list[str]) -> int:
