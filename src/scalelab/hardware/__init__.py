@@ -21,6 +21,22 @@ from scalelab.theory.units import gbps_to_Bps
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
+# GPU generations per vendor, oldest first: the order in which their kernels were written,
+# each tuned forward from the one before.
+ARCHITECTURES = {
+    "nvidia": ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper",
+               "blackwell"),
+    "amd": ("cdna", "cdna2", "cdna3"),
+}
+
+
+def architecture_rank(name: str | None) -> tuple[str, int] | None:
+    """(vendor, index in that vendor's generations) of an architecture; None if unknown."""
+    for vendor, names in ARCHITECTURES.items():
+        if name in names:
+            return vendor, names.index(name)
+    return None
+
 
 @dataclass(frozen=True)
 class Device:
@@ -34,6 +50,7 @@ class Device:
     memory_bandwidth_Bps: float | None = None
     intra_node: str | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    architecture: str | None = None  # the GPU generation (one of ARCHITECTURES)
     platform: str | None = None  # the node this device usually comes in (DGX-style)
     gpus_per_nic: int | None = None  # that platform's GPUs per compute NIC
     cpu_cores_per_node: int | None = None  # that platform's host CPU cores

@@ -83,6 +83,15 @@ def _gpu(name: str | None) -> hardware.Device | None:
     return dev
 
 
+def _borrowed(f: Fit, device: str, precision: str) -> str:
+    """Where the target's fractions come from when it has no published point of its own."""
+    fr = f.fractions(device, precision)
+    if fr.points:
+        return ""
+    whose = fr.fitted_on.replace("+", ", ") if fr.fitted_on else "all fitted devices (pooled)"
+    return f"; {device} has no published point: fractions of {whose}"
+
+
 def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
                   source_device: str | None = None, source_step_s: float | None = None,
                   source_ops: StepOps | None = None, source_precision: str | None = None,
@@ -112,13 +121,13 @@ def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
         band = math.hypot(b.band(src.name, sp), b_t)
         how = (f"T = {source_step_s:.4g} s measured on {src.name} x roofline {rt.step_s:.4g} s "
                f"({target.name}, {precision}) / {rs.step_s:.4g} s ({src.name}, {sp}) = "
-               f"{step:.4g} s +- {band:.0%}")
+               f"{step:.4g} s +- {band:.0%}{_borrowed(f, target.name, precision)}")
         return Estimate(step, band, precision, rt.floor_s, rt.bound, how, target.name, src.name)
     fr = f.fractions(target.name, precision)
     why = (f" ({source_device} is not a GPU with known peaks: its time is not used)"
            if source_device else "")
     how = (f"T = roofline of {ops.model} at batch {ops.batch_size} on {target.name} "
            f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}) = {rt.step_s:.4g} s "
-           f"+- {b_t:.0%}{why}")
+           f"+- {b_t:.0%}{why}{_borrowed(f, target.name, precision)}")
     return Estimate(rt.step_s, b_t, precision, rt.floor_s, rt.bound, how, target.name,
                     source_device)

@@ -12,7 +12,11 @@ where R_p is the roofline step time of p's operations on d and (E_c, E_m) the ge
 mean of all devices' fractions (refined a few times). The small penalty ``lam`` settles the
 fractions of a device with a single point (one equation, two unknowns) near what other
 devices reach, and leaves a device with points in both regimes (fp32 and fp16) to its data.
-A device with no points gets (E_c, E_m). The search is a grid over [0.005, 1] in both, so
+A device with no points borrows those of its GPU generation (the geometric mean over the
+fitted devices of that architecture, else of the nearest one): how well the libraries'
+kernels use the units differs by generation far more than within one (in the table: K80
+0.40, P100 0.70, V100 0.88 of the FP32 peak). One with no known architecture gets
+(E_c, E_m). The search is a grid over [0.005, 1] in both, so
 the result is deterministic.
 
 Error bands (:func:`bands`): each point is left out in turn and predicted by a fit without
@@ -150,28 +154,49 @@ def _twin_key(device: hardware.Device) -> tuple:
 class DeviceFit:
     e_c: float
     e_m: float
-    points: int  # reference points the fractions were fitted to (0: the pooled values)
-    fitted_on: str = ""  # the device whose points they come from ("" for pooled)
+    points: int  # reference points the fractions were fitted to (0: borrowed or pooled)
+    fitted_on: str = ""  # the device(s) whose points they come from ("" for pooled)
 
 
 @dataclass(frozen=True)
 class Fit:
     devices: dict[tuple[str, str], DeviceFit]  # (device, fit class) -> fractions
     pooled: dict[str, DeviceFit]  # fit class -> geometric mean over devices
+    by_generation: bool = True  # an unfitted device borrows its generation's fractions
 
     def fractions(self, device: str, precision: str) -> DeviceFit:
         """The device's own fractions; else those of a device with the same peaks and
         bandwidth (the same chip at the same clocks, e.g. V100 SXM2 16 and 32 GB); else the
-        pooled ones."""
+        geometric mean over the fitted devices of its architecture; else over those of the
+        nearest architecture(s) of its vendor (both neighbours when they are as near); else
+        the pooled ones."""
         cls = fit_class(device, precision)
         own = self.devices.get((device, cls))
         if own is not None:
             return own
-        twin = _twin_key(hardware.device(device))
+        dev = hardware.device(device)
+        twin = _twin_key(dev)
         for (name, c), v in sorted(self.devices.items()):
             if c == cls and _twin_key(hardware.device(name)) == twin:
                 return v
+        near = self._nearest_generation(dev, cls) if self.by_generation else []
+        if near:
+            ec, em = _geomean([(v.e_c, v.e_m) for _, v in near], (0.5, 0.5))
+            return DeviceFit(ec, em, 0, "+".join(name for name, _ in near))
         return self.pooled[cls]
+
+    def _nearest_generation(self, dev: hardware.Device, cls: str):
+        """[(device, fractions)] of the fitted devices in ``cls`` nearest to ``dev``'s
+        architecture (distance 0 is its own), or [] when none shares its vendor."""
+        rank = hardware.architecture_rank(dev.architecture)
+        if rank is None:
+            return []
+        by_distance: dict[int, list] = {}
+        for (name, c), v in sorted(self.devices.items()):
+            other = hardware.architecture_rank(hardware.device(name).architecture)
+            if c == cls and other is not None and other[0] == rank[0]:
+                by_distance.setdefault(abs(other[1] - rank[1]), []).append((name, v))
+        return by_distance[min(by_distance)] if by_distance else []
 
 
 def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float]) -> tuple[float, float]:
@@ -257,13 +282,16 @@ def bands() -> Bands:
     """Leave-one-out errors of the packaged reference fit, summarized per fit class.
 
     Each point is predicted by a fit without it; a device whose only point in a class is
-    left out falls back to a same-chip device or to the class's pooled fractions, so these
-    errors are those of predicting a device from the others.
+    left out falls back to a same-chip device or to the class's pooled fractions (not to its
+    generation's), so these errors measure how far devices' fractions spread around the
+    class. That is wider than the error of the generation's fractions on the fit's own table
+    (7% median for TF32 devices), which says nothing of what the table cannot show: how much
+    a device pair's ratio moves between software releases.
     """
     points = reference().points
     loo = []
     for i, p in enumerate(points):
-        f = fit(points[:i] + points[i + 1:])
+        f = replace(fit(points[:i] + points[i + 1:]), by_generation=False)
         loo.append((p, predict_step_s(p, f) / p.step_s - 1.0))
     by_class: dict[str, list[float]] = {}
     for p, e in loo:
