@@ -121,14 +121,16 @@ def run_fit(args) -> int:
                           "points": [vars(p) for p in ref.points]}, indent=2))
         return 0
     t = Table(title=f"roofline fractions fitted to {len(ref.points)} published points",
-              caption="band: the fit's leave-one-out error for a fitted device")
+              caption="band: the fit's leave-one-out error for a fitted device; a device "
+                      "with no points takes its GPU generation's fractions (nearest one "
+                      "fitted), the pool only when none is")
     for col in ("device", "units", "e_c", "e_m", "points", "band"):
         t.add_column(col, justify="left" if col in ("device", "units") else "right")
     for r in rows:
         t.add_row(r["device"], r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}",
                   str(r["points"]), f"{r['band']:.0%}")
     for r in pooled:
-        t.add_row("(any other)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "0",
+        t.add_row("(pool)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "0",
                   "-" if r["band_unseen"] is None else f"{r['band_unseen']:.0%}")
     console.print(t)
     console.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
