@@ -14,9 +14,10 @@ fractions of a device with a single point (one equation, two unknowns) near what
 devices reach, and leaves a device with points in both regimes (fp32 and fp16) to its data.
 A device with no points borrows those of its GPU generation (the geometric mean over the
 fitted devices of that architecture, else of the nearest one): how well the libraries'
-kernels use the units differs by generation far more than within one (in the table: K80
-0.40, P100 0.70, V100 0.88 of the FP32 peak). One with no known architecture gets
-(E_c, E_m). The search is a grid over [0.005, 1] in both, so
+kernels use the units changes with the generation (in the table, of the FP32 peak: K40
+0.24 and K80 0.38, Pascal 0.45-0.67, Turing 0.70-0.77, V100 0.84), and with the software
+release, which the table shows only as scatter within a generation. One with no known
+architecture gets (E_c, E_m). The search is a grid over [0.005, 1] in both, so
 the result is deterministic.
 
 Error bands (:func:`bands`): each point is left out in turn and predicted by a fit without
@@ -284,9 +285,9 @@ def bands() -> Bands:
     Each point is predicted by a fit without it; a device whose only point in a class is
     left out falls back to a same-chip device or to the class's pooled fractions (not to its
     generation's), so these errors measure how far devices' fractions spread around the
-    class. That is wider than the error of the generation's fractions on the fit's own table
-    (7% median for TF32 devices), which says nothing of what the table cannot show: how much
-    a device pair's ratio moves between software releases.
+    class: per-class medians of 11-25% on the fit's own table, where the generation's
+    fractions miss by 10-18%. Neither says how much a device pair's ratio moves between
+    software releases.
     """
     points = reference().points
     loo = []
