@@ -21,18 +21,17 @@ from scalelab.theory.units import gbps_to_Bps
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
-# GPU generations per vendor, oldest first: the order in which their kernels were written,
-# each tuned forward from the one before.
-ARCHITECTURES = {
+# GPU architecture generations per vendor, oldest first (a device's `generation`).
+GENERATIONS = {
     "nvidia": ("kepler", "maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper",
                "blackwell"),
     "amd": ("cdna", "cdna2", "cdna3"),
 }
 
 
-def architecture_rank(name: str | None) -> tuple[str, int] | None:
-    """(vendor, index in that vendor's generations) of an architecture; None if unknown."""
-    for vendor, names in ARCHITECTURES.items():
+def generation_rank(name: str | None) -> tuple[str, int] | None:
+    """(vendor, index in that vendor's generations) of a GPU generation; None if unknown."""
+    for vendor, names in GENERATIONS.items():
         if name in names:
             return vendor, names.index(name)
     return None
@@ -50,7 +49,7 @@ class Device:
     memory_bandwidth_Bps: float | None = None
     intra_node: str | None = None
     aliases: tuple[str, ...] = field(default_factory=tuple)
-    architecture: str | None = None  # the GPU generation (one of ARCHITECTURES)
+    generation: str | None = None  # the GPU architecture generation (one of GENERATIONS)
     platform: str | None = None  # the node this device usually comes in (DGX-style)
     gpus_per_nic: int | None = None  # that platform's GPUs per compute NIC
     cpu_cores_per_node: int | None = None  # that platform's host CPU cores

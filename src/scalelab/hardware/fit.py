@@ -13,11 +13,11 @@ mean of all devices' fractions (refined a few times). The small penalty ``lam`` 
 fractions of a device with a single point (one equation, two unknowns) near what other
 devices reach, and leaves a device with points in both regimes (fp32 and fp16) to its data.
 A device with no points borrows those of its GPU generation (the geometric mean over the
-fitted devices of that architecture, else of the nearest one): how well the libraries'
+fitted devices of that generation, else of the nearest one): how well the libraries'
 kernels use the units changes with the generation (in the table, of the FP32 peak: K40
 0.24 and K80 0.38, Pascal 0.45-0.67, Turing 0.70-0.77, V100 0.84), and with the software
 release, which the table shows only as scatter within a generation. One with no known
-architecture gets (E_c, E_m). The search is a grid over [0.005, 1] in both, so
+generation gets (E_c, E_m). The search is a grid over [0.005, 1] in both, so
 the result is deterministic.
 
 Error bands (:func:`bands`): each point is left out in turn and predicted by a fit without
@@ -168,8 +168,8 @@ class Fit:
     def fractions(self, device: str, precision: str) -> DeviceFit:
         """The device's own fractions; else those of a device with the same peaks and
         bandwidth (the same chip at the same clocks, e.g. V100 SXM2 16 and 32 GB); else the
-        geometric mean over the fitted devices of its architecture; else over those of the
-        nearest architecture(s) of its vendor (both neighbours when they are as near); else
+        geometric mean over the fitted devices of its GPU generation; else over those of the
+        nearest generation(s) of its vendor (both neighbours when they are as near); else
         the pooled ones."""
         cls = fit_class(device, precision)
         own = self.devices.get((device, cls))
@@ -188,13 +188,13 @@ class Fit:
 
     def _nearest_generation(self, dev: hardware.Device, cls: str):
         """[(device, fractions)] of the fitted devices in ``cls`` nearest to ``dev``'s
-        architecture (distance 0 is its own), or [] when none shares its vendor."""
-        rank = hardware.architecture_rank(dev.architecture)
+        generation (distance 0 is its own), or [] when none shares its vendor."""
+        rank = hardware.generation_rank(dev.generation)
         if rank is None:
             return []
         by_distance: dict[int, list] = {}
         for (name, c), v in sorted(self.devices.items()):
-            other = hardware.architecture_rank(hardware.device(name).architecture)
+            other = hardware.generation_rank(hardware.device(name).generation)
             if c == cls and other is not None and other[0] == rank[0]:
                 by_distance.setdefault(abs(other[1] - rank[1]), []).append((name, v))
         return by_distance[min(by_distance)] if by_distance else []
