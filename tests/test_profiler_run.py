@@ -75,6 +75,25 @@ def test_measure_steps_in_process():
     assert t.timed_steps == 3 and t.step_s > 0 and t.samples_per_s == pytest.approx(4 / t.step_s)
 
 
+def test_time_steps_takes_each_batch_from_a_source_and_times_the_wait_apart():
+    import time
+
+    from scalelab.profiler import time_steps
+
+    served = []
+
+    def batches():
+        time.sleep(0.02)  # a loader that takes 20 ms to deliver
+        served.append(len(served))
+        return torch.full((4, 6), float(len(served))), torch.zeros(4, dtype=torch.long)
+
+    model = MLP.build_model(seed=0)
+    t = time_steps(MLP, model, 4, warmup=2, steps=3, batches=batches)
+    assert served == [0, 1, 2, 3, 4]  # one batch per step, warm-up included
+    assert 0.02 <= t.data_s < 0.2 and t.step_s < t.data_s  # the wait is not in the step
+    assert time_steps(MLP, model, 4, warmup=0, steps=1).data_s == 0.0  # synthetic batch
+
+
 def _jpeg_folder(root, n=6):
     for cls in ("a", "b"):
         (root / cls).mkdir(parents=True)

@@ -330,7 +330,8 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     pred = predict_case(inputs)
     fed = None
     if io and cfg.loader_workers > 0:
-        fed = fed_step_of(meas.fed_timings(o.data, cfg.batch_size, w, cfg.loader_workers), "ps")
+        fed = fed_step_of(meas.fed_timings(o.data, cfg.batch_size, w, cfg.loader_workers),
+                          inputs.architecture)
     pipeline = step_input(cfg, io, inputs, w, pred.step_s, fed)
     if pipeline:
         pred = predict_case(inputs, io_s=pipeline["io_s"])

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -48,7 +49,7 @@ from scalelab.experiment.case import CaseInputs, full_duplex_of
 from scalelab.workload import WorkloadSpec
 
 SETTLE_STEPS = 2
-"""Fed steps left untimed after the loaders' first batch (their queues filling)."""
+"""Fed steps left untimed after the go line (the loaders' queues filling)."""
 FED_STEPS = 8
 """Fed or DDP steps timed at least: a loader's batch arrives every few steps, not every
 step, and a DDP step waits for the slowest of its workers."""
@@ -104,8 +105,6 @@ def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, thr
     once, as the runner's all-reduce workers do; one dict per rank, a
     :class:`~scalelab.profiler.timing.StepTiming` (``step_s``: forward + backward with its
     all-reduce + optimizer)."""
-    import os
-
     from scalelab.runner.launch import free_port
 
     spec_json, port = json.dumps(spec.to_dict()), free_port()
@@ -152,6 +151,11 @@ def compute_of(timing: dict, architecture: str) -> float:
     if architecture == "ps":
         return timing["forward_s"] + timing["backward_s"]
     return timing["step_s"]
+
+
+def median_step_s(timings: list[dict]) -> float:
+    """The median over processes of their median step."""
+    return statistics.median(t["step_s"] for t in timings)
 
 
 def fed_step_of(timings: list[dict], architecture: str) -> float:
@@ -226,8 +230,7 @@ class Measurements:
                                              worker_threads(workers),
                                              max(FED_STEPS, self.profile_steps), self.seed)
                        for _ in range(FLOOR_REPEATS)]
-            self.ddp[key] = min(repeats, key=lambda r: statistics.median(
-                t["step_s"] for t in r))
+            self.ddp[key] = min(repeats, key=median_step_s)
         return self.ddp[key]
 
     def fed_timings(self, data: str, batch_size: int, workers: int, loader_workers: int
@@ -270,7 +273,7 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     link = meas.link(config.get("rate"))
     floor = 0.0
     if arch == "allreduce" and w > 1 and config.get("rate") is not None:
-        floor = statistics.median(t["step_s"] for t in meas.loopback_timings(b, w))
+        floor = median_step_s(meas.loopback_timings(b, w))
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
         partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,
@@ -307,57 +310,40 @@ def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
 
 
 def _time_when_told(spec: WorkloadSpec, model, batch_size: int, threads: int, steps: int,
-                    seed: int) -> None:
+                    seed: int, batches=None, settle: int = 1, **extra) -> None:
     """Warm ``model`` up, say ``ready``, wait for the go line, then time ``steps`` steps
-    with :func:`scalelab.profiler.time_steps` and print them as one JSON line."""
+    after ``settle`` untimed ones with :func:`scalelab.profiler.time_steps` (on ``batches``
+    when given) and print them, with ``extra``, as one JSON line."""
     from scalelab.profiler import time_steps
 
-    time_steps(spec, model, batch_size, warmup=1, steps=1, seed=seed)
+    time_steps(spec, model, batch_size, warmup=1, steps=1, seed=seed, batches=batches)
     print("ready", flush=True)
     sys.stdin.readline()
-    t = time_steps(spec, model, batch_size, warmup=1, steps=steps, seed=seed)
-    print(json.dumps({**asdict(t), "threads": threads}), flush=True)
+    t = time_steps(spec, model, batch_size, warmup=settle, steps=steps, seed=seed,
+                   batches=batches)
+    print(json.dumps({**asdict(t), "threads": threads, **extra}), flush=True)
 
 
 def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
                           seed: int, data: str, loader_workers: int, workers: int,
                           worker: int) -> None:
-    import time
+    import itertools
 
     import torch
 
     from scalelab.runner.data import ImageFolderShards
     from scalelab.runner.loader import LoaderShards
-    from scalelab.workload import logits_of
 
     torch.set_num_threads(threads)
     spec = WorkloadSpec.from_dict(json.loads(spec_json))
-    model = spec.build_model(seed=seed)
-    optimizer, loss_fn = spec.make_optimizer(model.parameters()), spec.loss_fn()
     shards = ImageFolderShards(spec, data, seed, workers, batch_size)
-    phases: dict[str, list[float]] = {p: [] for p in ("data_s", "forward_s", "backward_s",
-                                                      "step_s")}
-    with LoaderShards(shards, worker, 1 + SETTLE_STEPS + steps, loader_workers) as feed:
-        for s in range(1 + SETTLE_STEPS + steps):
-            if s == 1:  # the loaders have started and delivered once
-                print("ready", flush=True)
-                sys.stdin.readline()
-            t0 = time.perf_counter()
-            x, y = feed.shard(s, worker)
-            t1 = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(logits_of(model(x)), y)
-            t2 = time.perf_counter()
-            loss.backward()
-            t3 = time.perf_counter()
-            optimizer.step()
-            t4 = time.perf_counter()
-            if s > SETTLE_STEPS:
-                for p, v in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t1)):
-                    phases[p].append(v)
-    print(json.dumps({**{p: statistics.median(v) for p, v in phases.items()},
-                      "threads": threads, "loader_workers": loader_workers,
-                      "timed_steps": steps}), flush=True)
+    index = itertools.count()
+    # two steps before the go line (the loaders start and deliver), the settling ones, the
+    # timed ones
+    with LoaderShards(shards, worker, 2 + SETTLE_STEPS + steps, loader_workers) as feed:
+        _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
+                        batches=lambda: feed.shard(next(index), worker), settle=SETTLE_STEPS,
+                        loader_workers=loader_workers)
 
 
 def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,

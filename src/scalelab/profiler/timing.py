@@ -8,7 +8,9 @@ current device for the trial, so ``"cuda:1"`` times GPU 1) and peak memory is
 process's peak resident memory (``VmHWM``, reset before the timed steps through
 ``/proc/self/clear_refs``). The same code path serves both. fp16 autocast trains through a
 ``GradScaler`` (scaled backward, unscaled and checked step, scale update), as fp16 training
-does.
+does. By default every step trains on one synthetic batch; given ``batches``, each step
+first takes its batch from it (from loader processes, say), and that wait, timed on the
+host, is ``data_s``, apart from ``step_s``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -45,6 +48,8 @@ class StepTiming:
     peak_memory_bytes: int
     warmup_steps: int
     timed_steps: int
+    data_s: float = 0.0  # the wait for the step's batch (0 on the synthetic batch)
+    data_s_spread: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -80,14 +85,18 @@ def time_steps(
     warmup: int = 1,
     steps: int = 3,
     seed: int = 0,
+    batches: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> StepTiming:
-    """Train ``model`` for ``warmup + steps`` steps at ``batch_size`` and time the last ones."""
+    """Train ``model`` for ``warmup + steps`` steps at ``batch_size`` and time the last ones;
+    ``batches``: where each step's (inputs, targets) come from (default: one synthetic
+    batch for every step)."""
     if steps < 1 or warmup < 0:
         raise ValueError(f"need steps >= 1 and warmup >= 0, got {steps}, {warmup}")
     dev = torch.device(device)
     on_device = torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext()
     with on_device, algorithms.backend_flags(algorithm, dev):
-        samples = _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed)
+        samples = _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed,
+                         batches)
     med = {p: statistics.median(v) for p, v in samples.items()}
     spread = {f"{p}_spread": max(v) - min(v) for p, v in samples.items()}
     return StepTiming(
@@ -97,19 +106,27 @@ def time_steps(
     )
 
 
-def _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed
+def _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed, batches
            ) -> dict[str, list[float]]:
     model = model.to(dev).train()
-    x, y = spec.synthetic_batch(batch_size, seed=seed, device=dev)
-    model, x = algorithms.prepare(algorithm, model, x)
+    if batches is None:
+        x, y = spec.synthetic_batch(batch_size, seed=seed, device=dev)
+        model, x = algorithms.prepare(algorithm, model, x)
     optimizer = spec.make_optimizer(model.parameters())
     scaler = algorithms.grad_scaler(algorithm, dev)
     loss_fn = spec.loss_fn()
     clock = _Clock(dev)
-    samples: dict[str, list[float]] = {p: [] for p in PHASES}
+    samples: dict[str, list[float]] = {p: [] for p in (*PHASES, "data_s")}
     for i in range(warmup + steps):
         if i == warmup:
             reset_peak_memory(dev)
+        wait_s = 0.0
+        if batches is not None:
+            t_wait = time.perf_counter()
+            x, y = batches()
+            wait_s = time.perf_counter() - t_wait
+            model, x = algorithms.prepare(algorithm, model, x.to(dev))
+            y = y.to(dev)
         t0 = clock.mark()
         optimizer.zero_grad(set_to_none=True)
         with algorithms.autocast(algorithm, dev):
@@ -128,6 +145,7 @@ def _train(spec, model, batch_size, dev, algorithm, warmup, steps, seed
             samples["backward_s"].append(clock.elapsed(t1, t2))
             samples["optimizer_s"].append(clock.elapsed(t2, t3))
             samples["step_s"].append(clock.elapsed(t0, t3))
+            samples["data_s"].append(wait_s)
     return samples
 
 
