@@ -103,34 +103,10 @@ def test_the_ddp_floor_keeps_the_least_disturbed_of_its_repeats(monkeypatch):
     meas = Measurements(SPEC)
     got = meas.loopback_timings(16, 2)
     assert [t["step_s"] for t in got] == [0.30, 0.33]
-    assert calls == [(16, 2)] * measure.REPEATS
-    assert meas.loopback_timings(16, 2) is got and len(calls) == measure.REPEATS
+    assert calls == [(16, 2)] * measure.FLOOR_REPEATS
+    assert meas.loopback_timings(16, 2) is got and len(calls) == measure.FLOOR_REPEATS
     inputs = case_inputs(_case("allreduce"), "push-then-pull", _LoopbackOnly(meas), Info())
     assert inputs.floor_step_s == pytest.approx(0.315)
-
-
-def test_the_contention_keeps_the_least_disturbed_of_its_repeats(monkeypatch):
-    from scalelab.experiment import measure
-
-    # the first repeat met a burst of other load (both workers slowed by half)
-    repeats = iter([[0.15, 0.14], [0.10, 0.09], [9.0, 9.0]])
-    calls = []
-
-    def fake(spec, batch_size, processes, threads, steps, seed=0, timeout_s=300.0):
-        calls.append((batch_size, processes))
-        return [{"forward_s": s / 3, "backward_s": s * 2 / 3, "step_s": s}
-                for s in (next(repeats) if processes > 1 else [0.09])]
-
-    monkeypatch.setattr(measure, "time_concurrently", fake)
-    meas = Measurements(SPEC)
-    got = meas.contended_timings(16, 2)
-    assert [t["step_s"] for t in got] == [0.10, 0.09]
-    assert calls == [(16, 2)] * measure.REPEATS
-    assert meas.contended_timings(16, 2) is got and len(calls) == measure.REPEATS
-    # against the lone worker's 90 ms: the undisturbed repeat's median, 95 ms
-    assert meas.contention(16, 2, "ps") == pytest.approx(0.095 / 0.09)
-    # one worker is the lone timing itself, timed once
-    assert meas.contended_timings(16, 1) == [meas.lone_timing(16, measure.worker_threads(1))]
 
 
 class _LoopbackOnly(Known):

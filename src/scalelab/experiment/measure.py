@@ -53,10 +53,12 @@ SETTLE_STEPS = 2
 FED_STEPS = 8
 """Fed or DDP steps timed at least: a loader's batch arrives every few steps, not every
 step, and a DDP step waits for the slowest of its workers."""
-REPEATS = 2
-"""Times each timing a prediction stands on is taken (the contended workers, the DDP floor);
-the repeat with the lowest median step is kept: other load on the machine only ever slows a
-timing down, and a burst of it in one timing would slow the prediction with it."""
+FLOOR_REPEATS = 2
+"""Times the DDP floor is timed; the lowest median is kept: other load on the machine only
+ever slows a timing down, and a floor raised by a burst of it raises the prediction with
+it. The contended workers are timed once: with more workers than cores their timed steps
+scatter both ways (one repeat of four workers on two cores read x1.57 where runs take
+x1.9-2.0), and the lower of two repeats is then too low."""
 
 
 def worker_threads(workers: int) -> int:
@@ -207,13 +209,10 @@ class Measurements:
             if workers == 1:
                 self.crowd[key] = [self.lone_timing(batch_size, worker_threads(1))]
             else:
-                self.say(f"timing {workers} workers at once (contention), batch {batch_size} "
-                         f"({REPEATS} times)")
-                repeats = [time_concurrently(self.spec, batch_size, workers,
-                                             worker_threads(workers), self.profile_steps,
-                                             self.seed)
-                           for _ in range(REPEATS)]
-                self.crowd[key] = min(repeats, key=median_step_s)
+                self.say(f"timing {workers} workers at once (contention), batch {batch_size}")
+                self.crowd[key] = time_concurrently(
+                    self.spec, batch_size, workers, worker_threads(workers),
+                    self.profile_steps, self.seed)
         return self.crowd[key]
 
     def contention(self, batch_size: int, workers: int, architecture: str) -> float:
@@ -223,17 +222,17 @@ class Measurements:
         return statistics.median(crowd) / lone
 
     def loopback_timings(self, batch_size: int, workers: int) -> list[dict]:
-        """:func:`time_ddp_concurrently` for a case's all-reduce workers, timed ``REPEATS``
-        times; the repeat with the lowest median step is kept (the timing is a floor under
-        the prediction)."""
+        """:func:`time_ddp_concurrently` for a case's all-reduce workers, timed
+        ``FLOOR_REPEATS`` times; the repeat with the lowest median step is kept (the timing
+        is a floor under the prediction)."""
         key = (batch_size, workers)
         if key not in self.ddp:
             self.say(f"timing {workers} DDP workers at once on loopback, batch {batch_size} "
-                     f"({REPEATS} times)")
+                     f"({FLOOR_REPEATS} times)")
             repeats = [time_ddp_concurrently(self.spec, batch_size, workers,
                                              worker_threads(workers),
                                              max(FED_STEPS, self.profile_steps), self.seed)
-                       for _ in range(REPEATS)]
+                       for _ in range(FLOOR_REPEATS)]
             self.ddp[key] = min(repeats, key=median_step_s)
         return self.ddp[key]
 
