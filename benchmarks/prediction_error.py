@@ -81,7 +81,9 @@ def _print_summary(result: dict, cal, load_before) -> None:
     print("contention: " + ", ".join(
         f"{c['model'].rpartition(':')[2]} {c['architecture']} W={c['workers']} "
         f"x{c['factor']:.2f}" + (f" (DDP on loopback {c['floor_step_s'] * 1e3:.0f} ms)"
-                                 if c.get("floor_step_s") else "") for c in contention))
+                                 if c.get("floor_step_s") else "")
+        + (f" (in step on loopback {c['compute_floor_s'] * 1e3:.0f} ms)"
+           if c.get("compute_floor_s") else "") for c in contention))
     print(f"{len(result['cases'])} cases in {result['grid_s']:.0f} s; fitted on "
           f"{result['fitted_cases']}, held out {before['cases']}; "
           f"load average {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} "

@@ -53,7 +53,8 @@ def test_bad_grids(text, message):
 def _inputs(**kw):
     base = {"architecture": "ps", "workers": 2, "ps": 1, "partition": "balanced",
             "param_bytes": 1e5, "tensor_bytes": [], "compute_s": 0.1, "contention": 1.5,
-            "bandwidth_Bps": 1e6, "latency_s": 0.0, "full_duplex": False, "floor_step_s": 0.0}
+            "bandwidth_Bps": 1e6, "latency_s": 0.0, "full_duplex": False, "floor_step_s": 0.0,
+            "compute_floor_s": 0.0}
     return {**base, **kw}
 
 

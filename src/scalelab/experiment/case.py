@@ -8,7 +8,9 @@ and read back by the calibration (:meth:`CaseInputs.from_dict`).
 
 :func:`predict_case` evaluates the step model (:func:`scalelab.plan.step.predict_step`) for
 one case: the worker's measured compute under contention reaches the model as its compute
-time ``T_C = compute_s x contention``; a calibration's ``ModelParams`` apply on top.
+time ``T_C = compute_s x contention``, never below the compute its workers took when
+timed meeting before each step (``compute_floor_s``); a calibration's ``ModelParams``
+apply on top.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ class CaseInputs:
     floor_step_s: float = 0.0
     """A step measured with the case's workers on the fastest link (all-reduce: DDP on
     loopback), seconds; the predicted step is never below it. 0: none measured."""
+    compute_floor_s: float = 0.0
+    """The case's workers' compute timed with them meeting before each step (the slowest
+    one's), seconds; T_C is never below it. 0: none measured."""
 
     def __post_init__(self):
         if self.architecture not in CASE_ARCHITECTURES:
@@ -73,14 +78,16 @@ class CaseInputs:
                 raise ValueError(f"case {name} must be > 0, got {getattr(self, name)}")
         if not self.latency_s >= 0:
             raise ValueError(f"case latency_s must be >= 0, got {self.latency_s}")
-        if not self.floor_step_s >= 0:
-            raise ValueError(f"case floor_step_s must be >= 0, got {self.floor_step_s}")
+        for name in ("floor_step_s", "compute_floor_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"case {name} must be >= 0, got {getattr(self, name)}")
         object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
 
     @property
     def worker_compute_s(self) -> float:
-        """T_C of a worker in this case: its lone compute times the measured contention."""
-        return self.compute_s * self.contention
+        """T_C of a worker in this case: its lone compute times the measured contention,
+        never below the compute measured in step (``compute_floor_s``)."""
+        return max(self.compute_s * self.contention, self.compute_floor_s)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -98,7 +105,8 @@ class CaseInputs:
                        compute_s=float(d["compute_s"]), contention=float(d["contention"]),
                        bandwidth_Bps=float(d["bandwidth_Bps"]),
                        latency_s=float(d["latency_s"]), full_duplex=bool(d["full_duplex"]),
-                       floor_step_s=float(d.get("floor_step_s") or 0.0))
+                       floor_step_s=float(d.get("floor_step_s") or 0.0),
+                       compute_floor_s=float(d.get("compute_floor_s") or 0.0))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
 

@@ -15,6 +15,12 @@
   case on an emulated link (on loopback that timing would be the run itself). It is timed
   twice and the lower median kept: other load on the machine only slows a timing down,
   and a floor raised by a burst of it would raise the prediction with it.
+- **compute in step** (parameter servers): the case's W workers train at once on
+  loopback, meeting at a barrier before every step as the runner's workers meet at their
+  servers (a server answers when the last push is in). Each worker's compute plus its wait
+  at the barrier is the slowest worker's compute, which the median of W free-running
+  processes underrates; timed twice, the lower median kept, it is a floor under the case's
+  T_C (``CaseInputs.compute_floor_s``), for a case on an emulated link.
 - **link**: :func:`scalelab.netem.measure_link` on a two-host emulated network of the
   case's rate (bandwidth of one TCP stream, latency from a ping-pong), or the same probe on
   loopback without a rate. Every host's link is shaped, workers and dedicated servers alike.
@@ -104,17 +110,19 @@ def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, worker
 
 
 def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
-                          steps: int, seed: int = 0, timeout_s: float = 300.0) -> list[dict]:
+                          steps: int, seed: int = 0, timeout_s: float = 300.0,
+                          ddp: bool = True) -> list[dict]:
     """``workers`` DDP processes on Gloo over loopback (127.0.0.1) train ``steps`` steps at
     once, as the runner's all-reduce workers do; one dict per rank, a
     :class:`~scalelab.profiler.timing.StepTiming` (``step_s``: forward + backward with its
-    all-reduce + optimizer)."""
+    all-reduce + optimizer). ``ddp=False``: plain models that meet at a barrier before each
+    step instead (its wait is the timing's ``data_s``)."""
     from scalelab.runner.launch import free_port
 
     spec_json, port = json.dumps(spec.to_dict()), free_port()
     cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-ddp-steps",
              spec_json, str(batch_size), str(threads), str(steps), str(seed), str(port),
-             str(workers), str(rank)] for rank in range(workers)]
+             str(workers), str(rank), str(int(ddp))] for rank in range(workers)]
     return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
 
 
@@ -160,6 +168,12 @@ def compute_of(timing: dict, architecture: str) -> float:
 def median_step_s(timings: list[dict]) -> float:
     """The median over processes of their median step."""
     return statistics.median(t["step_s"] for t in timings)
+
+
+def median_in_step_s(timings: list[dict]) -> float:
+    """Of workers that meet before each step: the median over processes of their forward
+    + backward + wait at the meeting (the slowest worker's forward + backward)."""
+    return statistics.median(t["forward_s"] + t["backward_s"] + t["data_s"] for t in timings)
 
 
 def fed_step_of(timings: list[dict], architecture: str) -> float:
@@ -221,19 +235,23 @@ class Measurements:
                  for t in self.contended_timings(batch_size, workers)]
         return statistics.median(crowd) / lone
 
-    def loopback_timings(self, batch_size: int, workers: int) -> list[dict]:
-        """:func:`time_ddp_concurrently` for a case's all-reduce workers, timed
-        ``FLOOR_REPEATS`` times; the repeat with the lowest median step is kept (the timing
-        is a floor under the prediction)."""
-        key = (batch_size, workers)
+    def loopback_timings(self, batch_size: int, workers: int, ddp: bool = True
+                         ) -> list[dict]:
+        """:func:`time_ddp_concurrently` for a case's workers (all-reduce: as DDP processes;
+        ``ddp=False``: meeting at a barrier before each step), timed ``FLOOR_REPEATS``
+        times; the repeat with the lowest median is kept (the timing is a floor under the
+        prediction)."""
+        key = (batch_size, workers, ddp)
         if key not in self.ddp:
-            self.say(f"timing {workers} DDP workers at once on loopback, batch {batch_size} "
+            what = "DDP workers" if ddp else "workers in step (a barrier before each)"
+            self.say(f"timing {workers} {what} at once on loopback, batch {batch_size} "
                      f"({FLOOR_REPEATS} times)")
             repeats = [time_ddp_concurrently(self.spec, batch_size, workers,
                                              worker_threads(workers),
-                                             max(FED_STEPS, self.profile_steps), self.seed)
+                                             max(FED_STEPS, self.profile_steps), self.seed,
+                                             ddp=ddp)
                        for _ in range(FLOOR_REPEATS)]
-            self.ddp[key] = min(repeats, key=median_step_s)
+            self.ddp[key] = min(repeats, key=median_step_s if ddp else median_in_step_s)
         return self.ddp[key]
 
     def fed_timings(self, data: str, batch_size: int, workers: int, loader_workers: int
@@ -268,22 +286,27 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     ``exchange_form`` is the run's ``RunConfig.exchange_form``; ``info`` the workload's
     :func:`scalelab.workload.describe`. An all-reduce case of two or more workers on an
     emulated link also gets its ``floor_step_s``: the median step of its workers timed as
-    DDP processes on loopback (:meth:`Measurements.loopback_timings`). A case that itself
-    runs on loopback gets none: that timing would be the run it predicts.
+    DDP processes on loopback (:meth:`Measurements.loopback_timings`); a parameter-server
+    case its ``compute_floor_s``: its workers' compute timed meeting before each step. A
+    case that itself runs on loopback gets neither: those timings are too near the run.
     """
     arch, w, b = config["architecture"], config["workers"], config["batch_size"]
     lone = meas.lone_timing(b, worker_threads(w))
     link = meas.link(config.get("rate"))
-    floor = 0.0
-    if arch == "allreduce" and w > 1 and config.get("rate") is not None:
-        floor = median_step_s(meas.loopback_timings(b, w))
+    floor = compute_floor = 0.0
+    if w > 1 and config.get("rate") is not None:
+        if arch == "allreduce":
+            floor = median_step_s(meas.loopback_timings(b, w))
+        else:
+            compute_floor = median_in_step_s(meas.loopback_timings(b, w, ddp=False))
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
         partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,
         tensor_bytes=tuple(info.tensor_bytes) if config.get("partition") == "tensor" else (),
         compute_s=compute_of(lone, arch), contention=meas.contention(b, w, arch),
         bandwidth_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
-        full_duplex=full_duplex_of(exchange_form), floor_step_s=floor)
+        full_duplex=full_duplex_of(exchange_form), floor_step_s=floor,
+        compute_floor_s=compute_floor)
 
 
 def _median(steps: dict, name: str) -> float | None:
@@ -350,7 +373,7 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
 
 
 def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
-                          seed: int, port: int, workers: int, rank: int) -> None:
+                          seed: int, port: int, workers: int, rank: int, ddp: int) -> None:
     from datetime import timedelta
 
     import torch
@@ -362,8 +385,16 @@ def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
                             world_size=workers, timeout=timedelta(seconds=120))
     try:
         spec = WorkloadSpec.from_dict(json.loads(spec_json))
-        ddp = DistributedDataParallel(spec.build_model(seed=seed))
-        _time_when_told(spec, ddp, batch_size, threads, steps, seed)
+        model, batches = spec.build_model(seed=seed), None
+        if ddp:
+            model = DistributedDataParallel(model)
+        else:
+            x, y = spec.synthetic_batch(batch_size, seed=seed)
+
+            def batches():
+                dist.barrier()
+                return x, y
+        _time_when_told(spec, model, batch_size, threads, steps, seed, batches=batches)
         # every rank done with its collectives before any closes its connections: a rank
         # that tears down first can abort the other's transport thread at exit
         dist.barrier()
@@ -374,12 +405,13 @@ def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
 def child_main(argv: list[str]) -> int:
     """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process;
     ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker;
-    ``--time-ddp-steps ... SEED PORT WORKERS RANK``: one DDP rank on loopback."""
+    ``--time-ddp-steps ... SEED PORT WORKERS RANK DDP``: one rank on loopback (DDP 1: a DDP
+    model; 0: a plain one meeting the others before each step)."""
     if len(argv) == 6 and argv[0] == "--time-steps":
         _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return 0
-    if len(argv) == 9 and argv[0] == "--time-ddp-steps":
-        _time_ddp_steps_child(argv[1], *map(int, argv[2:6]), *map(int, argv[6:9]))
+    if len(argv) == 10 and argv[0] == "--time-ddp-steps":
+        _time_ddp_steps_child(argv[1], *map(int, argv[2:10]))
         return 0
     if len(argv) == 10 and argv[0] == "--time-fed-steps":
         _time_fed_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]),
@@ -388,7 +420,7 @@ def child_main(argv: list[str]) -> int:
     print("usage: python -m scalelab.experiment.measure --time-steps SPEC_JSON BATCH THREADS "
           "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
           "WORKERS WORKER | --time-ddp-steps SPEC_JSON BATCH THREADS STEPS SEED PORT WORKERS "
-          "RANK", file=sys.stderr)
+          "RANK DDP", file=sys.stderr)
     return 2
 
 

@@ -373,5 +373,6 @@ def summarize(spec: WorkloadSpec, cases: list[ValidationCase], meas: Measurement
         contention=[{"batch_size": c.config["batch_size"], "workers": c.config["workers"],
                      "architecture": c.config["architecture"],
                      "factor": c.inputs.contention,
-                     "floor_step_s": c.inputs.floor_step_s} for c in cases],
+                     "floor_step_s": c.inputs.floor_step_s,
+                     "compute_floor_s": c.inputs.compute_floor_s} for c in cases],
         exchange_form=exchange_form, calibration=summary)
