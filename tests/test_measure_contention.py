@@ -164,7 +164,10 @@ def test_workers_in_step_wait_for_one_another_before_each_step():
     torch.set_num_threads(1)
     got = time_ddp_concurrently(SPEC, 8, 2, 1, steps=4, ddp=False)
     assert len(got) == 2 and all(t["timed_steps"] == 4 for t in got)
+    # every step starts with a barrier over loopback: a wait of hundreds of microseconds at
+    # the least (handing back a ready batch alone takes about one)
+    assert min(t["data_s"] for t in got) > 50e-6
     # met before every step, both go round at the pace of the slower one
     cycles = [t["forward_s"] + t["backward_s"] + t["data_s"] for t in got]
-    assert max(cycles) < 1.25 * min(cycles)
+    assert max(cycles) < 1.5 * min(cycles)
     assert median_in_step_s(got) >= min(t["forward_s"] + t["backward_s"] for t in got)
