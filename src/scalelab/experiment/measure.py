@@ -170,14 +170,10 @@ def median_step_s(timings: list[dict]) -> float:
     return statistics.median(t["step_s"] for t in timings)
 
 
-def median_in_step_s(timings: list[dict]) -> float:
-    """Of workers that meet before each step: the median over processes of their forward
-    + backward + wait at the meeting (the slowest worker's forward + backward)."""
-    return statistics.median(t["forward_s"] + t["backward_s"] + t["data_s"] for t in timings)
-
-
 def fed_step_of(timings: list[dict], architecture: str) -> float:
-    """The median over workers of a fed timing's wait for the batch plus its compute."""
+    """The median over workers of a timing's wait before each step plus its compute: for a
+    fed timing the wait for the batch; for workers meeting before each step the wait at
+    the meeting (wait + compute: the slowest worker's compute)."""
     return statistics.median(t["data_s"] + compute_of(t, architecture) for t in timings)
 
 
@@ -251,7 +247,8 @@ class Measurements:
                                              max(FED_STEPS, self.profile_steps), self.seed,
                                              ddp=ddp)
                        for _ in range(FLOOR_REPEATS)]
-            self.ddp[key] = min(repeats, key=median_step_s if ddp else median_in_step_s)
+            self.ddp[key] = min(repeats, key=median_step_s if ddp
+                                else lambda ts: fed_step_of(ts, "ps"))
         return self.ddp[key]
 
     def fed_timings(self, data: str, batch_size: int, workers: int, loader_workers: int
@@ -298,7 +295,7 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
         if arch == "allreduce":
             floor = median_step_s(meas.loopback_timings(b, w))
         else:
-            compute_floor = median_in_step_s(meas.loopback_timings(b, w, ddp=False))
+            compute_floor = fed_step_of(meas.loopback_timings(b, w, ddp=False), "ps")
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
         partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,
