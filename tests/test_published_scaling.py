@@ -49,3 +49,32 @@ def test_a_host_cpu_server_is_not_charged_to_the_nic(points):
              and p.exchange == "ps-host-cpu" and p.batch == 64 and p.gpus == 8)
     assert p.predicted_samples_per_s / 219 > 7.0
     assert abs(p.error) < 0.10
+
+
+def _series(model, device, exchange):
+    return next(s for s in published.load_series(DATA) if s["model"] == model
+                and s["device"] == device and s["exchange"] == exchange)
+
+
+def test_a_tensorflow_1_exchange_is_not_overlapped_and_pytorch_ddp_is_derived():
+    tf = _series("alexnet", "P100-SXM2-16GB", "allreduce-nccl")
+    ddp = _series("resnet50", "H100-SXM", "allreduce-nccl")
+    assert published.node_cluster(tf, 4).overlap == 0.0
+    assert published.node_cluster(ddp, 4).overlap is None
+
+
+def test_an_nccl1_ring_is_charged_to_its_slowest_hop():
+    # DGX-1 P100, NCCL 1.x: one NVLink per hop inside a group of four, host memory at 8
+    s = _series("alexnet", "P100-SXM2-16GB", "allreduce-nccl")
+    assert published.node_cluster(s, 2).intra_node == "nvlink1-x1"
+    assert published.node_cluster(s, 8).intra_node == "pcie3"
+    pts = {p.gpus: p for p in published.predict_series(s)}
+    # published 5.97x at 8 GPUs; the four links at 80 GB/s, overlapped, predicted 7.98x
+    assert pts[8].predicted_samples_per_s / 2987 < 7.0
+    assert all(abs(p.error) < 0.16 for p in pts.values()), {g: p.error for g, p in pts.items()}
+
+
+def test_ring_links_must_name_one_link_per_gpu_count():
+    s = dict(_series("vgg16", "P100-SXM2-16GB", "allreduce-nccl"), ring_links=["pcie3"])
+    with pytest.raises(ValueError, match="ring_links has 1 entries for 3 GPU counts"):
+        published.node_cluster(s, 8)

@@ -12,9 +12,23 @@ as its owner would:
   (the device's platform: 2 per switch on DGX-1 and on a dual-GPU K80 board).
 - ``ps-gpu``: the variables spread over the GPUs, one server per GPU: each GPU exchanges
   with the others over the device link (the colocated form with one device per server).
-- ``allreduce-nccl``: NCCL ring all-reduce over the device link, DDP's bucket overlap.
+- ``allreduce-nccl``: NCCL ring all-reduce over the device link, DDP's bucket overlap. NCCL
+  2 and later build rings over all of a GPU's links; where a series' library did not, its
+  ``ring_links`` names, per GPU count after the first, the link of the ring's slowest hop
+  (NCCL 1.x: one ring in device order, one link per hop, a hop between GPUs that are not
+  CUDA peers through host memory).
 - ``replicated-gpu-copies``: every GPU holds the model and gradients are summed by
   device-to-device copies: the all-reduce's bytes over the device link.
+
+TensorFlow 1.x (``framework = "tensorflow"``, in-graph replication as tf_cnn_benchmarks ran
+it in 2017) does not overlap an exchange with the backward that follows: a GPU-to-GPU or
+GPU-to-host copy is enqueued on the sender's compute stream behind every kernel already
+queued there (``GPUUtil::DeviceToDeviceCopy`` and ``CopyGPUTensorToCPU`` in
+tensorflow/core/common_runtime/gpu/gpu_util.cc at 02084099), and an NCCL collective's stream
+waits for all of each compute stream (``nccl_stream->stream->ThenWaitFor(p->tensor_stream)``
+in tensorflow/contrib/nccl/kernels/nccl_manager.cc at 01fc22e6). With the host queueing
+kernels far ahead of the GPU, that is the whole backward; so those series get overlap 0 (as
+the parameter-server exchange always has), where PyTorch DDP's buckets are derived.
 
 Series measured on real data (a JPEG decoding pipeline whose cost the sources do not state)
 are input-bound in ways the exchange model does not see; they are reported apart.
@@ -90,8 +104,22 @@ def node_cluster(series: dict, gpus: int) -> Cluster:
         return Cluster(nodes=1, gpus_per_node=gpus, device=dev.name, intra_node=intra,
                        network="10GbE", architecture="ps", ps_placement="colocated",
                        local_aggregation=False)
-    return Cluster(nodes=1, gpus_per_node=gpus, device=dev.name, intra_node=intra,
-                   network="10GbE", architecture="allreduce")
+    overlap = 0.0 if series.get("framework") == "tensorflow" else None
+    return Cluster(nodes=1, gpus_per_node=gpus, device=dev.name,
+                   intra_node=_ring_link(series, gpus) or intra, network="10GbE",
+                   architecture="allreduce", overlap=overlap)
+
+
+def _ring_link(series: dict, gpus: int) -> str | None:
+    """The link of the ring's slowest hop at ``gpus`` from the series' ``ring_links``."""
+    links = series.get("ring_links")
+    if links is None:
+        return None
+    counts = list(series["gpus"])[1:]
+    if len(links) != len(counts):
+        raise ValueError(f"{series['model']} on {series['device']}: ring_links has "
+                         f"{len(links)} entries for {len(counts)} GPU counts above one")
+    return links[counts.index(gpus)]
 
 
 def predict_series(series: dict) -> list[ScalingPoint]:
