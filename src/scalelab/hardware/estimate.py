@@ -61,11 +61,13 @@ class Estimate:
 
 
 def device_roofline(ops: StepOps, device: str, precision: str,
-                    f: Fit | None = None) -> RooflineStep:
-    """The step's roofline on ``device`` with its fitted fractions."""
+                    f: Fit | None = None,
+                    source: tuple[str, str] | None = None) -> RooflineStep:
+    """The step's roofline on ``device`` with its fitted fractions (``source``: the
+    (device, precision) of a measurement it is anchored to, see :meth:`Fit.fractions`)."""
     f = f or fit()
     dev = hardware.device(device)
-    fr = f.fractions(dev.name, precision)
+    fr = f.fractions(dev.name, precision, source)
     return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
                          fr.e_c, fr.e_m, reference().launch_s)
 
@@ -83,9 +85,10 @@ def _gpu(name: str | None) -> hardware.Device | None:
     return dev
 
 
-def _borrowed(f: Fit, device: str, precision: str) -> str:
+def _borrowed(f: Fit, device: str, precision: str,
+              source: tuple[str, str] | None = None) -> str:
     """Where the target's fractions come from when it has no published point of its own."""
-    fr = f.fractions(device, precision)
+    fr = f.fractions(device, precision, source)
     if fr.points:
         return ""
     whose = fr.fitted_on.replace("+", ", ") if fr.fitted_on else "all fitted devices (pooled)"
@@ -111,18 +114,20 @@ def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
     f = f or fit()
     b = b or bands()
     target = hardware.device(target_device)
-    rt = device_roofline(ops, target.name, precision, f)
     b_t = b.band(target.name, precision)
     src = _gpu(source_device)
     if src is not None and source_step_s is not None:
         sp = source_precision or precision
+        anchor = (src.name, sp)
+        rt = device_roofline(ops, target.name, precision, f, anchor)
         rs = device_roofline(source_ops or ops, src.name, sp, f)
         step = max(source_step_s * rt.step_s / rs.step_s, rt.floor_s)
         band = math.hypot(b.band(src.name, sp), b_t)
         how = (f"T = {source_step_s:.4g} s measured on {src.name} x roofline {rt.step_s:.4g} s "
                f"({target.name}, {precision}) / {rs.step_s:.4g} s ({src.name}, {sp}) = "
-               f"{step:.4g} s +- {band:.0%}{_borrowed(f, target.name, precision)}")
+               f"{step:.4g} s +- {band:.0%}{_borrowed(f, target.name, precision, anchor)}")
         return Estimate(step, band, precision, rt.floor_s, rt.bound, how, target.name, src.name)
+    rt = device_roofline(ops, target.name, precision, f)
     fr = f.fractions(target.name, precision)
     why = (f" ({source_device} is not a GPU with known peaks: its time is not used)"
            if source_device else "")

@@ -20,6 +20,18 @@ release, which the table shows only as scatter within a generation. One with no 
 generation gets (E_c, E_m). The search is a grid over [0.005, 1] in both, so
 the result is deterministic.
 
+Anchored to a measurement on a fitted GPU of another generation (:meth:`Fit.fractions` with
+``source``), an unfitted device borrows its generation's fractions *relative to the
+source's*, as they were measured together: in each reference group (one benchmark and
+software release) that holds both a fitted device of the borrowed generation and the source
+(else a device of the source's generation), the ratio of their fractions; the target gets
+the source's fractions times the geometric mean of those ratios. The software release a
+fraction was measured under then cancels in the ratio, as it does between the source and
+the target of the measurement being carried over (the K40 measured in 2016 Torch, for
+instance, carries the 2016 ratio of Kepler to Pascal to a 2017 TensorFlow P100, not its
+2016 fraction). A source of the borrowed generation, or no group with both, leaves the
+plain rule.
+
 Error bands (:func:`bands`): each point is left out in turn and predicted by a fit without
 it; per fit class, a fitted device's band is the median |relative error| and an unfitted
 device's the largest.
@@ -29,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -164,27 +176,74 @@ class Fit:
     devices: dict[tuple[str, str], DeviceFit]  # (device, fit class) -> fractions
     pooled: dict[str, DeviceFit]  # fit class -> geometric mean over devices
     by_generation: bool = True  # an unfitted device borrows its generation's fractions
+    # (device, fit class) -> the reference groups its points come from
+    groups: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
 
-    def fractions(self, device: str, precision: str) -> DeviceFit:
+    def _own(self, device: str, cls: str) -> tuple[str, DeviceFit] | None:
+        """((name, fractions)) of ``device`` or of its same-chip twin in ``cls``, if fitted."""
+        own = self.devices.get((device, cls))
+        if own is not None:
+            return device, own
+        twin = _twin_key(hardware.device(device))
+        for (name, c), v in sorted(self.devices.items()):
+            if c == cls and _twin_key(hardware.device(name)) == twin:
+                return name, v
+        return None
+
+    def fractions(self, device: str, precision: str,
+                  source: tuple[str, str] | None = None) -> DeviceFit:
         """The device's own fractions; else those of a device with the same peaks and
         bandwidth (the same chip at the same clocks, e.g. V100 SXM2 16 and 32 GB); else the
         geometric mean over the fitted devices of its GPU generation; else over those of the
         nearest generation(s) of its vendor (both neighbours when they are as near); else
-        the pooled ones."""
+        the pooled ones. With ``source`` (device, precision) of the measurement carried
+        over, a borrowed generation's fractions are taken relative to the source's (see
+        the module's docstring)."""
         cls = fit_class(device, precision)
-        own = self.devices.get((device, cls))
+        own = self._own(device, cls)
         if own is not None:
-            return own
+            return own[1]
         dev = hardware.device(device)
-        twin = _twin_key(dev)
-        for (name, c), v in sorted(self.devices.items()):
-            if c == cls and _twin_key(hardware.device(name)) == twin:
-                return v
         near = self._nearest_generation(dev, cls) if self.by_generation else []
         if near:
+            anchored = self._anchored(near, cls, source) if source else None
+            if anchored is not None:
+                return anchored
             ec, em = _geomean([(v.e_c, v.e_m) for _, v in near], (0.5, 0.5))
             return DeviceFit(ec, em, 0, "+".join(name for name, _ in near))
         return self.pooled[cls]
+
+    def _anchored(self, near, cls: str, source: tuple[str, str]) -> DeviceFit | None:
+        """The source's fractions x (borrowed generation / source) where measured together."""
+        s_cls = fit_class(source[0], source[1])
+        found = self._own(source[0], s_cls)
+        gens = {hardware.device(name).generation for name, _ in near}
+        s_gen = hardware.device(source[0]).generation
+        if found is None or s_gen in gens:
+            return None
+        s_name, s_fr = found
+        ratios, where = [], []
+        for g in sorted(set().union(*self.groups.values()) if self.groups else ()):
+            sibs = [(v.e_c, v.e_m) for (d, c), v in sorted(self.devices.items())
+                    if c == cls and hardware.device(d).generation in gens
+                    and g in self.groups.get((d, c), ())]
+            if g in self.groups.get((s_name, s_cls), ()):
+                peers = [(s_fr.e_c, s_fr.e_m)]
+            else:
+                peers = [(v.e_c, v.e_m) for (d, c), v in sorted(self.devices.items())
+                         if c == s_cls and hardware.device(d).generation == s_gen
+                         and g in self.groups.get((d, c), ())]
+            if sibs and peers:
+                a, b = _geomean(sibs, (0.5, 0.5)), _geomean(peers, (0.5, 0.5))
+                ratios.append((a[0] / b[0], a[1] / b[1]))
+                where.append(g)
+        if not ratios:
+            return None
+        rc, rm = _geomean(ratios, (1.0, 1.0))
+        names = "+".join(name for name, _ in near)
+        return DeviceFit(min(1.0, s_fr.e_c * rc), min(1.0, s_fr.e_m * rm), 0,
+                         f"{names} relative to {s_name} (as measured together in "
+                         f"{', '.join(where)})")
 
     def _nearest_generation(self, dev: hardware.Device, cls: str):
         """[(device, fractions)] of the fitted devices in ``cls`` nearest to ``dev``'s
@@ -235,7 +294,8 @@ def _fit_cached(points: tuple[RefPoint, ...]) -> Fit:
         priors = {c: _geomean([v for k, v in fitted.items() if k[1] == c], priors[c])
                   for c in priors}
     devices = {k: DeviceFit(ec, em, len(groups[k]), k[0]) for k, (ec, em) in fitted.items()}
-    return Fit(devices, {c: DeviceFit(*v, 0) for c, v in priors.items()})
+    return Fit(devices, {c: DeviceFit(*v, 0) for c, v in priors.items()},
+               groups={k: frozenset(p.group for p in ps) for k, ps in groups.items()})
 
 
 def predict_step_s(p: RefPoint, f: Fit) -> float:
