@@ -146,6 +146,9 @@ def run(args) -> int:
                           f"warm-up: medians of fewer than {MIN_TIMED_STEPS} steps are noisy "
                           f"(use --steps {MIN_TIMED_STEPS + cfg.warmup_steps} or more)",
                           highlight=False, soft_wrap=True)
+    if not args.json:
+        for w in result.get("warnings", []):
+            err_console.print(f"warning: {w}", highlight=False, soft_wrap=True)
     if out:
         write_json(out, "run", result)
     if args.json:

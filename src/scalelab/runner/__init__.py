@@ -130,6 +130,8 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
                 result = json.loads((workdir / "result.json").read_text())
             except (OSError, ValueError):
                 raise RunFailure("the job ended without a result from rank 0") from None
+            if job.teardown:
+                result["warnings"] = [*result.get("warnings", []), *job.teardown]
             if net is not None:
                 result["network"] = {"rate_bps": net.rate_bps, "hosts": len(net.hosts)}
             if ranks_path:

@@ -129,6 +129,8 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
 
                 write_text_atomic(workdir / "result.json", json.dumps(result))
         dist.barrier()
+        if workdir:  # every rank is past the barrier and rank 0 has written the result
+            (workdir / f"done-{rank}").touch()
         return result
     finally:
         log.close()
@@ -269,4 +271,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written and the process group destroyed: leave without the interpreter's
+    # finalization, where objects the communication threads still hold are torn down in no
+    # set order (a native abort there cannot fail a run whose result is written).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

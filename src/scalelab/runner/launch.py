@@ -10,6 +10,11 @@ When a rank exits with an error, dies, or the job stops making progress, every o
 terminated (SIGTERM, then SIGKILL) and reaped, and the failure is raised naming the rank that
 caused it: a rank that raised or died is preferred over ranks that only lost their peer;
 when all failures are lost peers, the ranks still running are the ones that hung.
+
+A rank marks its part done (``done-<rank>`` in the job folder) once every rank has passed
+the final barrier, after rank 0 has written the result. A rank that dies by a signal after
+that (a native abort while its process group and interpreter are torn down) has lost
+nothing: the job ends normally and the death is kept in :attr:`Job.teardown` as a warning.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ class Job:
     timeout_s: float = 60.0
     progress_rank: int = 0
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
+    teardown: list[str] = field(default_factory=list)  # deaths after a rank's part was done
 
     def start(self) -> None:
         world = len(self.ranks)
@@ -114,6 +120,16 @@ class Job:
             except subprocess.TimeoutExpired:
                 pass
 
+    def _after_done(self, rank: int, code: int | None, name: dict[int, str]) -> int | None:
+        """``code``, or 0 for a rank killed by a signal after it marked its part done."""
+        if code is None or code >= 0 or not (self.workdir / f"done-{rank}").exists():
+            return code
+        note = (f"{name[rank]} {self._describe(rank, code)} after its part was done, while "
+                "closing its connections: nothing was lost")
+        if note not in self.teardown:
+            self.teardown.append(note)
+        return 0
+
     def _error(self, rank: int) -> dict | None:
         f = self.workdir / f"error-{rank}.json"
         try:
@@ -149,7 +165,7 @@ class Job:
                 if on_line is not None:
                     for rec in tail.read():
                         on_line(rec)
-                codes = {r: p.poll() for r, p in self.procs.items()}
+                codes = {r: self._after_done(r, p.poll(), name) for r, p in self.procs.items()}
                 failed = {r: c for r, c in codes.items() if c not in (None, 0)}
                 if failed:
                     self._fail(failed, name)
