@@ -8,6 +8,7 @@ standing in for the entry point, so the death comes at a chosen moment.
 import shutil
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,9 +16,9 @@ from scalelab.errors import RunFailure
 from scalelab.runner.launch import Job, RankSpec
 
 
-def _job(tmp_path: Path, rank1: str) -> Job:
+def _job(tmp_path: Path, rank1: str, rank0: str = "exit 0") -> Job:
     (tmp_path / "config.json").write_text("{}")
-    ok = RankSpec(0, "rank 0 (worker 0)", ["sh", "-c", "exit 0", "sh"])
+    ok = RankSpec(0, "rank 0 (worker 0)", ["sh", "-c", rank0, "sh"], {"D": str(tmp_path)})
     dies = RankSpec(1, "rank 1 (server 0)", ["sh", "-c", rank1, "sh"], {"D": str(tmp_path)})
     return Job(tmp_path, tmp_path / "config.json", [ok, dies], timeout_s=5)
 
@@ -47,14 +48,26 @@ def test_an_error_exit_after_the_done_mark_still_fails(tmp_path):
         job.wait()
 
 
+def test_a_death_after_the_done_mark_is_not_blamed_for_another_failure(tmp_path):
+    """A rank that died is preferred as the cause over one that lost its peer, unless it
+    died after its part was done."""
+    lost = ('sleep 0.3; echo \'{"kind": "comm", "error": "lost its peer", "time": 1}\' '
+            '> "$D/error-0.json"; exit 1')
+    job = _job(tmp_path, 'touch "$D/done-1"; kill -ABRT $$', rank0=lost)
+    job.start()
+    with pytest.raises(RunFailure, match=r"^rank 0 \(worker 0\) failed: lost its peer$"):
+        job.wait()
+
+
 @pytest.mark.dist
 def test_real_ranks_mark_their_part_done(monkeypatch):
     import scalelab.runner as runner
     from scalelab.runner import RunConfig, run_training
     from scalelab.workload import WorkloadSpec
 
-    kept = []
-    monkeypatch.setattr(runner.shutil, "rmtree", lambda p, **kw: kept.append(Path(p)))
+    kept = []  # the job folder, kept from the runner's clean-up (its shutil only)
+    keep = SimpleNamespace(rmtree=lambda p, **kw: kept.append(Path(p)))
+    monkeypatch.setattr(runner, "shutil", keep)
     spec = WorkloadSpec("tests.toy_runner:wide", input_shape=(6,), num_classes=3)
     result = run_training(RunConfig(workload=spec, workers=1, ps=1, steps=3, batch_size=4,
                                     timeout_s=30, device="cpu"))

@@ -120,15 +120,12 @@ class Job:
             except subprocess.TimeoutExpired:
                 pass
 
-    def _after_done(self, rank: int, code: int | None, name: dict[int, str]) -> int | None:
-        """``code``, or 0 for a rank killed by a signal after it marked its part done."""
-        if code is None or code >= 0 or not (self.workdir / f"done-{rank}").exists():
-            return code
-        note = (f"{name[rank]} {self._describe(rank, code)} after its part was done, while "
-                "closing its connections: nothing was lost")
-        if note not in self.teardown:
-            self.teardown.append(note)
-        return 0
+    def _code(self, rank: int) -> int | None:
+        """The rank's exit code; 0 for one killed by a signal after it marked its part done."""
+        code = self.procs[rank].poll()
+        if code is not None and code < 0 and (self.workdir / f"done-{rank}").exists():
+            return 0
+        return code
 
     def _error(self, rank: int) -> dict | None:
         f = self.workdir / f"error-{rank}.json"
@@ -165,11 +162,15 @@ class Job:
                 if on_line is not None:
                     for rec in tail.read():
                         on_line(rec)
-                codes = {r: self._after_done(r, p.poll(), name) for r, p in self.procs.items()}
+                codes = {r: self._code(r) for r in self.procs}
                 failed = {r: c for r, c in codes.items() if c not in (None, 0)}
                 if failed:
                     self._fail(failed, name)
                 if all(c == 0 for c in codes.values()):
+                    self.teardown = [
+                        f"{name[r]} {self._describe(r, p.returncode)} after its part was done, "
+                        "while closing its connections: nothing was lost"
+                        for r, p in self.procs.items() if p.returncode < 0]
                     if on_line is not None:
                         for rec in tail.read():
                             on_line(rec)
@@ -200,15 +201,13 @@ class Job:
             if all(p.poll() is not None for p in self.procs.values()):
                 break
             time.sleep(0.05)
-            failed.update({r: p.poll() for r, p in self.procs.items()
-                           if p.poll() not in (None, 0)})
+            failed.update({r: c for r in self.procs if (c := self._code(r)) not in (None, 0)})
         # several ranks still running and everyone who failed only lost a peer: the others
         # time out in turn until the ones left running are the ones that hang
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline:
             running = [r for r, p in self.procs.items() if p.poll() is None]
-            failed.update({r: p.poll() for r, p in self.procs.items()
-                           if p.poll() not in (None, 0)})
+            failed.update({r: c for r in self.procs if (c := self._code(r)) not in (None, 0)})
             if len(running) <= 1 or any(self._kind(r, c) != "comm" for r, c in failed.items()):
                 break
             time.sleep(0.05)
