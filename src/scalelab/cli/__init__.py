@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -69,10 +70,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
     except UsageError as e:
-        return fail(2, str(e))
+        code = fail(2, str(e))
     except RunFailure as e:
-        return fail(1, str(e))
+        code = fail(1, str(e))
     except KeyboardInterrupt:
-        return fail(130, "interrupted")
+        code = fail(130, "interrupted")
+    entry = sys.modules.get("scalelab.runner.entry")
+    if argv is None and entry is not None and entry.opened_process_group:
+        # This process was a torchrun rank and its process group is destroyed: leave without
+        # the interpreter's finalization, where a Gloo rank can abort ('terminate called
+        # without an active exception') after its result is written, which torchrun would
+        # report as a failed rank.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -49,6 +49,12 @@ class RankLog:
             self.f.close()
 
 
+opened_process_group = False
+"""True once this process has been a rank (a torchrun rank runs inside the ``scalelab``
+command): the command then leaves with ``os._exit`` after writing everything (see
+:func:`scalelab.cli.main`)."""
+
+
 def env_rank() -> tuple[int, int, int]:
     try:
         return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
@@ -104,6 +110,8 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
     t_start = time.perf_counter()
     dist.init_process_group(place.backend, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=cfg.timeout_s), **init)
+    global opened_process_group
+    opened_process_group = True
     log = RankLog(workdir / f"rank-{rank}.jsonl" if workdir else None,
                   {"rank": rank, "role": role, "index": k})
     try:
