@@ -5,12 +5,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from scalelab.runner.launch import free_port
 
 pytestmark = [pytest.mark.dist, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("roles", [["--workers", "2", "--architecture", "allreduce"],
@@ -25,8 +27,8 @@ def test_a_torchrun_job_ends_with_every_rank_done(tmp_path, roles):
            "--num-classes", "3", *roles, "--steps", "8", "--device", "cpu",
            "--launcher", "torchrun", "--quiet", "--out", str(out)]
     env = {**os.environ, "SCALELAB_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-           "PYTHONPATH": os.getcwd()}
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+           "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "ChildFailedError" not in p.stderr and "terminate called" not in p.stderr
     data = json.loads(out.read_text())
