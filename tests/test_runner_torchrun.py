@@ -42,7 +42,7 @@ def test_a_torchrun_job_ends_with_every_rank_done(tmp_path, roles):
 
 def test_the_command_leaves_without_finalization_once_it_was_a_rank(monkeypatch, capsys):
     import scalelab.cli as cli
-    from scalelab.runner import entry
+    from scalelab.runner import entry, launch
 
     left = []
 
@@ -50,7 +50,7 @@ def test_the_command_leaves_without_finalization_once_it_was_a_rank(monkeypatch,
         left.append(code)
         raise SystemExit(code)
 
-    monkeypatch.setattr(cli.os, "_exit", fake_exit)
+    monkeypatch.setattr(launch.os, "_exit", fake_exit)
     monkeypatch.setattr(sys, "argv", ["scalelab", "hardware", "show", "V100-SXM2-16GB"])
     monkeypatch.setattr(entry, "opened_process_group", False)
     assert cli.main() == 0 and left == []  # not a rank: returns as usual

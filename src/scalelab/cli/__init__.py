@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import pkgutil
 import sys
 
@@ -79,11 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         code = fail(130, "interrupted")
     entry = sys.modules.get("scalelab.runner.entry")
     if argv is None and entry is not None and entry.opened_process_group:
-        # This process was a torchrun rank and its process group is destroyed: leave without
-        # the interpreter's finalization, where a Gloo rank can abort ('terminate called
-        # without an active exception') after its result is written, which torchrun would
-        # report as a failed rank.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # a torchrun rank: an abort in finalization would read to torchrun as a failed rank
+        from scalelab.runner.launch import leave
+
+        leave(code)
     return code

@@ -422,10 +422,6 @@ def child_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    code = child_main(sys.argv[1:])
-    # The result line is written and any process group destroyed: leave without the
-    # interpreter's finalization, where a Gloo rank can abort with 'terminate called without
-    # an active exception' (4 of 160 timing processes under load, no Python frame left).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from scalelab.runner.launch import leave
+
+    leave(child_main(sys.argv[1:]))

@@ -51,7 +51,7 @@ class RankLog:
 
 opened_process_group = False
 """True once this process has been a rank (a torchrun rank runs inside the ``scalelab``
-command): the command then leaves with ``os._exit`` after writing everything (see
+command): the command then ends with :func:`scalelab.runner.launch.leave` (see
 :func:`scalelab.cli.main`)."""
 
 
@@ -279,10 +279,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    code = main()
-    # Everything is written and the process group destroyed: leave without the interpreter's
-    # finalization, where objects the communication threads still hold are torn down in no
-    # set order (a native abort there cannot fail a run whose result is written).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from scalelab.runner.launch import leave
+
+    leave(main())
