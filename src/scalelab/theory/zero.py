@@ -1,0 +1,219 @@
+"""Sharded data parallelism (ZeRO, FSDP): model state per device and the exchange per step.
+
+Symbols: ``Psi`` parameters (``params``), ``N`` data-parallel ranks (``ranks``), and bytes
+per parameter of each part of the model state: ``p`` the parameters as the step uses
+them, ``g`` the gradients, ``K`` the optimizer state (``optimizer_bytes_per_param``; with
+mixed-precision Adam K = 12: an fp32 master copy, momentum and variance, 4 + 4 + 4).
+
+Layouts (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", SC 2020, arXiv:1910.02054, section 5 and Table 1):
+
+- ``ddp`` plain data parallelism, every rank holds everything:
+  ``(p + g + K) Psi``
+- ``zero1`` optimizer state partitioned (P_os): ``(p + g) Psi + K Psi / N``
+- ``zero2`` gradients too (P_os+g): ``p Psi + (g + K) Psi / N``
+- ``zero3`` parameters too (P_os+g+p, FSDP's full shard): ``(p + g + K) Psi / N``
+
+With the paper's p = g = 2 (fp16) and K = 12 these are its ``(2 + 2 + K) Psi``,
+``4 Psi + K Psi / N``, ``2 Psi + (2 + K) Psi / N`` and ``(2 + 2 + K) Psi / N``; for
+Psi = 7.5e9, N = 64 they give 120 GB, 31.4 GB, 16.6 GB and 1.88 GB (the paper's Table 1).
+
+These are the states between steps. Inside a step a sharded layout also holds what it
+gathers: ZeRO-3 (FSDP2 ``reshard_after_forward=True``) one unit's full parameters at a
+time (two with prefetch of the next unit), ZeRO-2 as FSDP2 runs it
+(``reshard_after_forward=False``) every unit's full parameters from forward until its
+backward, and both a unit's full gradient until it is reduce-scattered. See
+:func:`transient_bytes`.
+
+Exchange per rank per step (each rank's link, bytes sent = bytes received), from the
+ring collectives over N ranks, each moving ``(N-1)/N`` of the tensor per rank:
+
+- ``ddp``: all-reduce of the gradients: ``2 (N-1)/N g Psi``
+- ``zero1``, ``zero2``: reduce-scatter of the gradients (each rank keeps the sum of its
+  shard) then all-gather of the updated parameters: ``(N-1)/N (g + p) Psi``, the
+  all-reduce's bytes when g = p (the paper's section 7.2.1)
+- ``zero3``: all-gather of the parameters in forward and again in backward (they were
+  freed after forward), reduce-scatter of the gradients: ``(N-1)/N (2 p + g) Psi``,
+  1.5x the all-reduce's bytes when g = p (section 7.2.2)
+
+Exact shards. FSDP2 shards every tensor on its first dimension the way ``torch.chunk``
+does: ``c = ceil(d0 / N)`` rows per rank, rank r holds rows ``[r c, min((r+1) c, d0))``,
+so the last ranks can hold fewer (or none). :func:`dim0_shard_numel` gives the exact
+elements a rank holds; ``Psi / N`` is its even approximation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+LAYOUTS = ("ddp", "zero1", "zero2", "zero3")
+LAYOUT_NAMES = {
+    "ddp": "plain data parallelism (every rank holds parameters, gradients, optimizer state)",
+    "zero1": "ZeRO-1: optimizer state sharded",
+    "zero2": "ZeRO-2: optimizer state and gradients sharded",
+    "zero3": "ZeRO-3 / FSDP full shard: parameters, gradients and optimizer state sharded",
+}
+#: Bytes of optimizer state per parameter: SGD without momentum 0, SGD with momentum 4
+#: (an fp32 buffer), Adam 8 (two fp32 moments); with mixed precision add 4 for the fp32
+#: master copy of the parameters (the ZeRO paper's K = 12 for Adam).
+OPTIMIZER_BYTES_PER_PARAM = {"sgd": 0, "sgd_momentum": 4, "adam": 8}
+
+
+def check_layout(layout: str) -> str:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+    return layout
+
+
+def _check(params: float, ranks: int) -> None:
+    if params < 0:
+        raise ValueError(f"parameters must be >= 0, got {params}")
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, got {ranks}")
+
+
+@dataclass(frozen=True)
+class ModelState:
+    """Bytes of model state one rank holds between steps, by component."""
+
+    layout: str
+    ranks: int
+    param_bytes: float
+    grad_bytes: float
+    optimizer_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes
+
+
+def model_state(params: float, ranks: int, layout: str, *, param_bytes_per_param: float = 2,
+                grad_bytes_per_param: float = 2,
+                optimizer_bytes_per_param: float = 12) -> ModelState:
+    """Model state per rank for ``layout`` (module docstring: the four formulas).
+
+    Defaults are the ZeRO paper's mixed-precision Adam (p = g = 2, K = 12).
+    """
+    _check(params, ranks)
+    check_layout(layout)
+    n = ranks
+    p = param_bytes_per_param * params
+    g = grad_bytes_per_param * params
+    k = optimizer_bytes_per_param * params
+    shard = {"ddp": (False, False, False), "zero1": (False, False, True),
+             "zero2": (False, True, True), "zero3": (True, True, True)}[layout]
+    p, g, k = (x / n if s else x for x, s in zip((p, g, k), shard))
+    return ModelState(layout, ranks, p, g, k)
+
+
+def exchange_bytes(params: float, ranks: int, layout: str, *, param_bytes_per_param: float = 2,
+                   grad_bytes_per_param: float = 2) -> float:
+    """Bytes each rank sends (and receives) per step (module docstring: the exchange)."""
+    _check(params, ranks)
+    check_layout(layout)
+    if ranks == 1:
+        return 0.0
+    frac = (ranks - 1) / ranks
+    p = param_bytes_per_param * params
+    g = grad_bytes_per_param * params
+    if layout == "ddp":
+        return 2.0 * frac * g
+    if layout in ("zero1", "zero2"):
+        return frac * (g + p)
+    return frac * (2.0 * p + g)
+
+
+def zero1_over_ddp_bytes(params: float, ranks: int, *, param_bytes_per_param: float = 2,
+                         grad_bytes_per_param: float = 2) -> float:
+    """Bytes per rank of ZeRO-1 as torch's ``ZeroRedundancyOptimizer`` over DDP runs it.
+
+    DDP still all-reduces the full gradients (``2 (N-1)/N g Psi``); each rank then updates
+    the parameters it owns and broadcasts them, so a rank receives the other ranks' share,
+    ``(N-1)/N p Psi`` on average: ``(N-1)/N (2 g + p) Psi``, 1.5x the ideal ZeRO-1 exchange
+    of :func:`exchange_bytes` (which reduce-scatters instead of all-reducing).
+    """
+    _check(params, ranks)
+    if ranks == 1:
+        return 0.0
+    frac = (ranks - 1) / ranks
+    return frac * (2.0 * grad_bytes_per_param + param_bytes_per_param) * params
+
+
+def exchange_s(params: float, ranks: int, layout: str, bandwidth_Bps: float,
+               latency_s: float = 0.0, *, param_bytes_per_param: float = 2,
+               grad_bytes_per_param: float = 2, units: int = 1) -> float:
+    """Ring time of the exchange: bytes / B + (N-1) latency per collective.
+
+    Each ring collective takes N-1 steps; all-reduce is two collectives, ZeRO-1/2 two
+    (reduce-scatter, all-gather) and ZeRO-3 three, each issued once per FSDP unit
+    (``units``; DDP's buckets are charged as one collective pair, as in
+    :func:`scalelab.theory.comm.ring_allreduce_s`).
+    """
+    if not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
+    if ranks <= 1:
+        return 0.0
+    nbytes = exchange_bytes(params, ranks, layout, param_bytes_per_param=param_bytes_per_param,
+                            grad_bytes_per_param=grad_bytes_per_param)
+    collectives = 3 if layout == "zero3" else 2
+    per = units if layout != "ddp" else 1
+    return nbytes / bandwidth_Bps + collectives * per * (ranks - 1) * latency_s
+
+
+def transient_bytes(unit_params: Sequence[float], ranks: int, layout: str, *,
+                    param_bytes_per_param: float = 2, grad_bytes_per_param: float = 2,
+                    prefetch: bool = True) -> float:
+    """Extra bytes a sharded layout holds inside a step on top of :func:`model_state`.
+
+    ``unit_params``: parameters of each FSDP unit (one per block). With ZeRO-3 the
+    gathered parameters of the largest unit (two units with prefetch) plus that unit's
+    full gradient before its reduce-scatter; with ZeRO-2 (FSDP2 keeping parameters
+    unsharded from forward to backward) every unit's full parameters, less the rank's own
+    shard, plus the largest unit's full gradient; ZeRO-1 and plain DDP none (the full
+    parameters and gradients are already in the state).
+    """
+    check_layout(layout)
+    if layout in ("ddp", "zero1") or ranks == 1 or not unit_params:
+        return 0.0
+    largest = sorted(unit_params, reverse=True)
+    grad = grad_bytes_per_param * largest[0] * (ranks - 1) / ranks
+    if layout == "zero2":
+        return param_bytes_per_param * sum(unit_params) * (ranks - 1) / ranks + grad
+    gathered = sum(largest[:2] if prefetch else largest[:1])
+    return param_bytes_per_param * gathered + grad
+
+
+def dim0_shard_numel(shape: Sequence[int], ranks: int, rank: int) -> int:
+    """Elements of a tensor of ``shape`` that ``rank`` holds when sharded on dim 0.
+
+    ``torch.chunk`` semantics, as FSDP2's ``Shard(0)``: ``c = ceil(d0 / N)`` rows per rank,
+    rank r holds ``max(0, min(d0, (r+1) c) - r c)`` rows. A 0-d tensor counts as one row.
+    """
+    if ranks < 1 or not 0 <= rank < ranks:
+        raise ValueError(f"rank {rank} out of range for {ranks} ranks")
+    dims = list(shape) or [1]
+    d0 = dims[0]
+    rest = math.prod(dims[1:])
+    c = math.ceil(d0 / ranks) if d0 else 0
+    rows = max(0, min(d0, (rank + 1) * c) - rank * c)
+    return rows * rest
+
+
+def sharded_numel(shapes: Iterable[Sequence[int]], ranks: int, rank: int) -> int:
+    """Elements ``rank`` holds of all ``shapes``, each sharded on its first dimension."""
+    return sum(dim0_shard_numel(s, ranks, rank) for s in shapes)
+
+
+def largest_batch(memory_bytes: float, state_bytes: float, transient_bytes_: float,
+                  per_sample_bytes: float, fixed_bytes: float = 0.0) -> int:
+    """The largest batch b with ``state + transient + fixed + b m <= memory_bytes``.
+
+    ``memory_bytes`` is what may be used (already after a safety margin); 0 when even the
+    state does not fit. ``per_sample_bytes`` must be > 0.
+    """
+    if not per_sample_bytes > 0:
+        raise ValueError(f"per-sample bytes must be > 0, got {per_sample_bytes}")
+    room = memory_bytes - state_bytes - transient_bytes_ - fixed_bytes
+    return max(0, math.floor(room / per_sample_bytes))

@@ -1,0 +1,83 @@
+"""ZeRO / FSDP memory and exchange formulas, checked against the ZeRO paper's Table 1."""
+
+import pytest
+
+from scalelab.theory import zero
+from scalelab.theory.comm import ring_allreduce_bytes
+
+# Rajbhandari, Rasley, Ruwase, He, "ZeRO: Memory Optimizations Toward Training Trillion
+# Parameter Models", SC 2020, arXiv:1910.02054, Table 1 (and Figure 1): per-device model
+# state of a 7.5B-parameter model trained with mixed-precision Adam (K = 12) on Nd = 64
+# GPUs: baseline 120 GB, P_os 31.4 GB, P_os+g 16.6 GB, P_os+g+p 1.88 GB (GB = 1e9 bytes).
+TABLE_1_GB = {"ddp": 120.0, "zero1": 31.4, "zero2": 16.6, "zero3": 1.88}
+
+
+@pytest.mark.parametrize("layout", zero.LAYOUTS)
+def test_zero_paper_table_1_to_three_digits(layout):
+    state = zero.model_state(7.5e9, 64, layout, param_bytes_per_param=2,
+                             grad_bytes_per_param=2, optimizer_bytes_per_param=12)
+    got_gb = state.total_bytes / 1e9
+    assert float(f"{got_gb:.3g}") == TABLE_1_GB[layout]
+
+
+def test_components_and_dtypes():
+    s = zero.model_state(1000, 4, "zero2", param_bytes_per_param=4, grad_bytes_per_param=4,
+                         optimizer_bytes_per_param=4)
+    assert (s.param_bytes, s.grad_bytes, s.optimizer_bytes) == (4000, 1000, 1000)
+    s1 = zero.model_state(1000, 4, "zero1", param_bytes_per_param=4, grad_bytes_per_param=4,
+                          optimizer_bytes_per_param=4)
+    assert (s1.param_bytes, s1.grad_bytes, s1.optimizer_bytes) == (4000, 4000, 1000)
+    s3 = zero.model_state(1000, 4, "zero3")
+    assert s3.total_bytes == 16 * 1000 / 4
+    # one rank: every layout holds everything
+    assert len({zero.model_state(1000, 1, lay).total_bytes for lay in zero.LAYOUTS}) == 1
+
+
+def test_exchange_bytes_match_ring_all_reduce_and_one_and_a_half():
+    psi, n = 1e6, 8
+    ar = ring_allreduce_bytes(2 * psi, n)
+    assert zero.exchange_bytes(psi, n, "ddp") == pytest.approx(ar)
+    assert zero.exchange_bytes(psi, n, "zero1") == pytest.approx(ar)
+    assert zero.exchange_bytes(psi, n, "zero2") == pytest.approx(ar)
+    assert zero.exchange_bytes(psi, n, "zero3") == pytest.approx(1.5 * ar)
+    assert zero.zero1_over_ddp_bytes(psi, n) == pytest.approx(1.5 * ar)
+    assert zero.exchange_bytes(psi, 1, "zero3") == 0.0
+    # fp32 gradients, bf16 parameters: reduce-scatter 4 psi, all-gather 2 psi
+    assert zero.exchange_bytes(psi, n, "zero2", param_bytes_per_param=2,
+                               grad_bytes_per_param=4) == pytest.approx(7 / 8 * 6 * psi)
+
+
+def test_exchange_time_counts_latency_per_collective():
+    t = zero.exchange_s(1e6, 4, "zero3", bandwidth_Bps=1e9, latency_s=1e-3, units=5)
+    assert t == pytest.approx(zero.exchange_bytes(1e6, 4, "zero3") / 1e9 + 3 * 5 * 3 * 1e-3)
+    assert zero.exchange_s(1e6, 1, "zero3", bandwidth_Bps=1e9) == 0.0
+
+
+def test_dim0_shards_follow_torch_chunk():
+    torch = pytest.importorskip("torch")
+    for shape in [(10, 3), (3,), (1, 7), (0, 4), (64, 3, 3, 3), ()]:
+        for n in (1, 2, 3, 4):
+            t = torch.empty(shape) if shape else torch.empty(())
+            chunks = torch.chunk(t.reshape(1) if not shape else t, n, dim=0)
+            want = [c.numel() for c in chunks] + [0] * (n - len(chunks))
+            got = [zero.dim0_shard_numel(shape, n, r) for r in range(n)]
+            assert got == want, (shape, n)
+    assert sum(zero.sharded_numel([(10, 3), (5,)], 3, r) for r in range(3)) == 35
+
+
+def test_transient_and_largest_batch():
+    assert zero.transient_bytes([100, 300, 200], 4, "ddp") == 0
+    # zero3: two largest units gathered (500 params x 2 B) + largest unit's grad less shard
+    assert zero.transient_bytes([100, 300, 200], 4, "zero3") == 2 * 500 + 2 * 300 * 3 / 4
+    assert zero.transient_bytes([100, 300, 200], 4, "zero2") == 2 * 600 * 3 / 4 + 2 * 300 * 3 / 4
+    assert zero.largest_batch(1000, 300, 100, 50) == 12
+    assert zero.largest_batch(100, 300, 0, 50) == 0
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="unknown layout"):
+        zero.model_state(1, 1, "zero4")
+    with pytest.raises(ValueError, match="ranks"):
+        zero.model_state(1, 0, "ddp")
+    with pytest.raises(ValueError, match="per-sample"):
+        zero.largest_batch(1, 1, 0, 0)
