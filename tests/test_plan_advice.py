@@ -137,7 +137,7 @@ def test_an_estimate_for_another_device_carries_its_band():
 
 def test_advice_says_which_batch_would_scale_to_the_whole_cluster():
     inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 32, "step_s": 0.05})
-    c = Cluster(nodes=8, network="10GbE", architecture="allreduce", overlap=0.0)
+    c = Cluster(nodes=8, network="10GbE", overlap=0.0)  # not named: the target sets the count
     p = plan(inp, c, PlanOptions(architectures=("allreduce",)))
     rec = p.recommendation
     assert rec.gpus < 8
@@ -168,7 +168,7 @@ def test_a_cpu_profiles_precision_is_not_the_gpu_plans(tmp_path):
                          algorithm="channels_last+bf16_autocast")
     inp = load_profile(path)
     assert inp.algorithm == "channels_last+bf16_autocast"
-    assert target_precision(inp, c, PlanOptions(), a100)[0] == "tf32"
+    assert target_precision(inp, c, PlanOptions(), a100)[0] == "fp32"
     bf16 = Cluster(device="A100-SXM-80GB", network="100GbE", precision="bf16")
     assert target_precision(inp, bf16, PlanOptions(), a100)[0] == "bf16"
     assert target_precision(inp, c, PlanOptions(precision="fp16"), a100)[0] == "fp16"
@@ -179,5 +179,5 @@ def test_a_cpu_profiles_precision_is_not_the_gpu_plans(tmp_path):
                  intra_node="nvlink3")
     assert plan(inp, cl).recommendation.gpus == plan(other, cl).recommendation.gpus
     rec = plan(inp, cl).recommendation
-    assert rec.algorithm.startswith("tf32") and "bf16" not in rec.algorithm
+    assert rec.algorithm.startswith("fp32") and "bf16" not in rec.algorithm
     assert any("not carried over" in str(r) for r in rec.reasons)

@@ -172,7 +172,7 @@ def test_cluster_precedence_cli_over_file_over_defaults(tmp_path):
     c = load_cluster(f, {"nodes": 8, "network_gbps": 25.0, "overlap": None})
     assert c.nodes == 8 and c.gpus_per_node == 2 and c.overlap == 0.5
     assert c.network is None and c.network_Bps() == pytest.approx(25e9 / 8)
-    assert c.architecture == "ps"  # default
+    assert c.architecture is None  # default: not named, the fastest is recommended
     assert load_cluster(f).network_Bps() == pytest.approx(9.493e9 / 8)
 
 
@@ -292,9 +292,10 @@ def test_plan_contract_fields_and_recommended_gpus():
 
 def test_target_efficiency_limits_gpus():
     inp = workload_from_dict({"param_bytes": 100 * MB, "batch_size": 32, "step_s": 0.1})
-    c = Cluster(nodes=32, network_gbps=10, architecture="allreduce")
-    loose = plan(inp, c, PlanOptions(target_efficiency=0.3)).recommendation
-    tight = plan(inp, c, PlanOptions(target_efficiency=0.9)).recommendation
+    c = Cluster(nodes=32, network_gbps=10)  # not named: the target sets the count
+    only = ("allreduce",)
+    loose = plan(inp, c, PlanOptions(target_efficiency=0.3, architectures=only)).recommendation
+    tight = plan(inp, c, PlanOptions(target_efficiency=0.9, architectures=only)).recommendation
     assert loose.gpus > tight.gpus
     with pytest.raises(UsageError, match=r"target efficiency must be in \(0, 1\]"):
         PlanOptions(target_efficiency=0)

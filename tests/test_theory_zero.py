@@ -69,7 +69,7 @@ def test_transient_and_largest_batch():
     assert zero.transient_bytes([100, 300, 200], 4, "ddp") == 0
     # zero3: two largest units gathered (500 params x 2 B) + largest unit's grad less shard
     assert zero.transient_bytes([100, 300, 200], 4, "zero3") == 2 * 500 + 2 * 300 * 3 / 4
-    assert zero.transient_bytes([100, 300, 200], 4, "zero2") == 2 * 600 * 3 / 4 + 2 * 300 * 3 / 4
+    assert zero.transient_bytes([100, 300, 200], 4, "zero2") == 2 * 300 * 3 / 4
     assert zero.largest_batch(1000, 300, 100, 50) == 12
     assert zero.largest_batch(100, 300, 0, 50) == 0
 
@@ -81,3 +81,16 @@ def test_bad_input():
         zero.model_state(1, 0, "ddp")
     with pytest.raises(ValueError, match="per-sample"):
         zero.largest_batch(1, 1, 0, 0)
+
+
+def test_rank_state_bytes_exact_and_even():
+    shapes = [(16, 144), (16,), (3, 16), (3,)]
+    total = 16 * 144 + 16 + 48 + 3
+    s = [zero.rank_state_bytes(shapes, 2, r, "zero3") for r in range(2)]
+    assert sum(x.param_bytes for x in s) == 4 * total
+    assert s[0].param_bytes == 4 * (8 * 144 + 8 + 2 * 16 + 2)
+    z1 = [zero.rank_state_bytes(shapes, 2, r, "zero1") for r in range(2)]
+    assert [x.optimizer_bytes for x in z1] == [4 * 16 * 144, 4 * (16 + 48 + 3)]
+    assert z1[1].param_bytes == z1[1].grad_bytes == 4 * total
+    z2 = zero.rank_state_bytes(shapes, 2, 0, "zero2", between_steps=False)
+    assert z2.param_bytes == 4 * total and z2.grad_bytes == s[0].grad_bytes

@@ -133,7 +133,7 @@ def _fraction_int(text: str) -> int:
 def build_plan(args):
     """The plan the command line asks for (a :class:`scalelab.plan.Plan`)."""
     from scalelab import plan as planner
-    from scalelab.advise import resolve_example
+    from scalelab.paths import resolve_example
 
     inp = (planner.load_profile(args.profile) if args.profile
            else planner.load_workload(resolve_example(args.workload, "--workload")))
@@ -158,7 +158,7 @@ def build_plan(args):
         target_efficiency=args.target_efficiency, max_gpus=args.max_gpus,
         batch_size=args.batch_size, loader_workers=args.loader_workers,
         params=cal.params if cal else None, band=cal.band if cal else None,
-        calibration_model=cal.model if cal else None,
+        calibration_model=cal.model if cal else None, precision=args.precision,
         **({"default_mfu": args.mfu} if args.mfu is not None else {}),
     )
     return inp, cluster, planner.plan(inp, cluster, options)
@@ -216,7 +216,8 @@ def _summary(plan) -> str:
                 f"{format_gbps(r.intra_node_gbps_needed)} for {max_g} devices")
     else:
         need = "one device: nothing to exchange"
-    alts = "; ".join(a.text() for a in r.alternatives if a.gpus != r.gpus)
+    alts = "; ".join(a.text() for a in r.alternatives
+                     if a.gpus != r.gpus or a.architecture != r.architecture)
     alts = f" (alternatives: {alts})" if alts else ""
     if r.gpus == 1 and max_g > 1:
         return (f"recommend 1 GPU at batch {r.batch_size}: already 2 GPUs fall below "
@@ -225,9 +226,10 @@ def _summary(plan) -> str:
           if r.architecture == "ps" and r.num_ps else "")
     rng = ("" if r.samples_per_s_low is None else
            f" ({r.samples_per_s_low:,.0f}-{r.samples_per_s_high:,.0f})")
+    below = f" (below target {target:g})" if r.efficiency < target - 1e-12 else ""
     return (f"recommend {r.architecture} on {plural(r.gpus, 'GPU')} at batch "
             f"{r.batch_size}{ps}: {r.samples_per_s:,.0f}{rng} samples/s, efficiency "
-            f"{floor2(r.efficiency)}{alts}; {need}")
+            f"{floor2(r.efficiency)}{below}{alts}; {need}")
 
 
 def plot_plan(plan, inp, cluster, path) -> None:

@@ -12,6 +12,7 @@ EPILOG = """examples:
   scalelab run resnet18 --input-shape 3,64,64 --num-classes 10 --workers 2 --ps 1 --steps 20
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --ps 2 --mode async
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture fsdp --zero 2
   scalelab run resnet50 --workers 1 --ps 1 --batch-size 32 --device cuda
   scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --data imgs --loader-workers 3
@@ -37,7 +38,13 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, required=True, metavar="W", help="data-parallel workers")
     p.add_argument("--ps", type=int, default=None, metavar="P",
                    help="parameter servers (default 1, or W with --colocate)")
-    p.add_argument("--architecture", choices=["ps", "allreduce"], default="ps")
+    p.add_argument("--architecture", choices=["ps", "allreduce", "fsdp"], default="ps",
+                   help="fsdp: sharded data parallelism at the --zero level")
+    p.add_argument("--zero", "--shard-level", dest="zero", type=int, choices=[1, 2, 3],
+                   default=None, metavar="1|2|3",
+                   help="with --architecture fsdp: 1 optimizer state sharded "
+                   "(ZeroRedundancyOptimizer over DDP), 2 gradients too (FSDP2 without "
+                   "resharding after forward), 3 parameters too (FSDP2 full shard; default)")
     p.add_argument("--mode", choices=["sync", "async"], default="sync")
     p.add_argument("--batch-size", type=positive_int, default=32, metavar="b",
                    help="per-worker minibatch (default 32)")
@@ -76,12 +83,21 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _shard_level(args) -> int:
+    if args.zero is not None and args.architecture != "fsdp":
+        from scalelab.errors import UsageError
+
+        raise UsageError(f"--zero {args.zero} needs --architecture fsdp")
+    return args.zero or 3
+
+
 def config_from_args(args):
     from scalelab.runner import RunConfig
 
     return RunConfig(
         workload=workload_from_args(args), workers=args.workers, ps=args.ps,
-        architecture=args.architecture, mode=args.mode, batch_size=args.batch_size,
+        architecture=args.architecture, shard_level=_shard_level(args), mode=args.mode,
+        batch_size=args.batch_size,
         steps=args.steps, warmup_steps=args.warmup_steps, partition=args.partition,
         piece_bytes=args.piece_size, colocate=args.colocate,
         emulate_network=args.emulate_network, timeout_s=args.timeout,

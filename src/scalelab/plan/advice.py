@@ -28,6 +28,13 @@ class Choice:
     architecture: str
     row: SweepRow
     best: dict[str, SweepRow]
+    named: bool = False
+    """True when the cluster named the architecture (it is recommended whatever is faster)."""
+    faster: str | None = None
+    """Another architecture that would give more throughput at the target (None: none)."""
+    below_target: bool = False
+    """The named architecture keeps the target on no more than one device: it is
+    recommended on all of them, below the target."""
 
 
 @dataclass(frozen=True)
@@ -58,19 +65,33 @@ def floor2(x: float) -> str:
 
 
 def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: float,
-           preferred: str) -> Choice:
-    """Per architecture the most devices that keep the target; the fastest of those wins."""
+           named: str | None) -> Choice:
+    """Per architecture the most devices that keep the target; the architecture the cluster
+    names is the one recommended, else the fastest. When the named one keeps the target on
+    no more than one device, it is recommended on all the devices (the cluster as
+    described), below the target. ``faster`` names the fastest other architecture when it
+    gives more throughput than the recommended one (at the target, or at the same count)."""
     best: dict[str, SweepRow] = {}
     for a in archs:
         ok = [r for r in all_rows[a] if r.efficiency >= target - 1e-12]
         best[a] = ok[-1] if ok else all_rows[a][0]
-    chosen = max(archs, key=lambda a: (best[a].samples_per_s, a == preferred))
-    return Choice(chosen, best[chosen], best)
+    fastest = max(archs, key=lambda a: (best[a].samples_per_s, a == named))
+    if named not in archs:
+        return Choice(fastest, best[fastest], best)
+    row, below = best[named], False
+    if row.gpus == 1 and len(all_rows[named]) > 1:
+        row, below = all_rows[named][-1], True
+    rival = {a: (all_rows[a][row.gpus - 1] if below else best[a]) for a in archs if a != named}
+    top = max(rival, key=lambda a: rival[a].samples_per_s, default=None)
+    faster = top if top and rival[top].samples_per_s > row.samples_per_s * (1 + 1e-9) else None
+    return Choice(named, row, {**best, **rival, named: row}, named=True, faster=faster,
+                  below_target=below)
 
 
 def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gpus: int,
                  gpus_per_node: int, target: float) -> tuple[Alternative, ...]:
-    """The whole cluster, one node, and the target's choice, in the chosen architecture."""
+    """The whole cluster, one node, and the target's choice in the chosen architecture; then
+    every other architecture at the target's choice (what it would give instead)."""
     rows = all_rows[choice.architecture]
     picks = [(f"all {cluster_gpus}", cluster_gpus),
              ("one node", min(gpus_per_node, cluster_gpus) if gpus_per_node > 1 else 0),
@@ -81,6 +102,12 @@ def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gp
             continue
         r = rows[g - 1]
         out.append(Alternative(label, g, r.architecture, r.samples_per_s, r.speedup,
+                               r.efficiency))
+    for a, r in choice.best.items():
+        if a == choice.architecture:
+            continue
+        tag = "faster" if a == choice.faster else "instead"
+        out.append(Alternative(f"{a} ({tag})", r.gpus, a, r.samples_per_s, r.speedup,
                                r.efficiency))
     return tuple(out)
 
@@ -140,24 +167,57 @@ def device_reasons(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_
                       f"{g + 1} GPUs would fall to efficiency {nxt.efficiency:.3f} < {target:g} "
                       f"(step {format_s(nxt.step_s)}: compute {format_s(nxt.compute_s)}, "
                       f"exchange {format_s(nxt.comm_s)}, input {format_s(nxt.io_s)})")
+    elif choice.below_target:
+        two = all_rows[chosen][1]
+        notes.why("devices",
+                  f"{plural(g, 'GPU')} ({chosen}, as the cluster names it): no count of 2 or "
+                  f"more keeps target {target:g} (2 GPUs: efficiency {two.efficiency:.3f}, "
+                  f"{two.bottleneck} limits scaling); on all of them efficiency "
+                  f"{row.efficiency:.3f}, {row.samples_per_s:,.0f} samples/s, speedup "
+                  f"{row.speedup:.2f} (T_C/T = {format_s(row.compute_s)}/"
+                  f"{format_s(row.step_s)}); what would reach the target: the network and "
+                  "batch lines below")
     elif max_gpus > 1:
         two = all_rows[chosen][1]
         notes.why("devices",
                   f"1 GPU: already 2 GPUs fall to efficiency {two.efficiency:.3f} < target "
                   f"{target:g} ({two.bottleneck} limits scaling); more GPUs still add "
                   "throughput at lower efficiency: see the alternatives")
-    archs = list(all_rows)
-    if len(archs) > 1 and g > 1:
-        others = ", ".join(f"{a} {choice.best[a].samples_per_s:,.0f} samples/s on "
-                           f"{plural(choice.best[a].gpus, 'GPU')}" for a in archs if a != chosen)
-        notes.why("architecture", f"architecture {chosen}: the fastest that keeps the target "
-                  f"(vs {others})")
+    _architecture_reason(choice, list(all_rows), notes)
     top = all_rows.get(st.cluster.architecture, all_rows[chosen])[-1]
     if top.bottleneck != "compute" and top.gpus > 1:
         notes.why("bottleneck",
                   f"at {top.gpus} devices {top.architecture} is {top.bottleneck}-bound: "
                   f"exchange {format_s(top.comm_s)} vs compute {format_s(top.compute_s)} per "
                   f"step (efficiency {top.efficiency:.3f})")
+
+
+def _architecture_reason(choice: Choice, archs: list[str], notes: Notes) -> None:
+    """Why this architecture: the one the cluster names, or the fastest; and which other one
+    would be faster, with what it gives."""
+    chosen, row = choice.architecture, choice.row
+    if len(archs) < 2:
+        return
+    others = ", ".join(f"{a} {choice.best[a].samples_per_s:,.0f} samples/s on "
+                       f"{plural(choice.best[a].gpus, 'GPU')}" for a in archs if a != chosen)
+    if not choice.named:
+        if row.gpus > 1:
+            notes.why("architecture", f"architecture {chosen}: the fastest that keeps the "
+                      f"target (vs {others})")
+        return
+    if choice.faster is None:
+        notes.why("architecture", f"architecture {chosen}: as the cluster names it, and "
+                  f"none is faster at the target (vs {others})")
+        return
+    f = choice.best[choice.faster]
+    where = "at the same count" if choice.below_target else "at the target"
+    notes.why("architecture",
+              f"architecture {chosen}: as the cluster names it ({row.samples_per_s:,.0f} "
+              f"samples/s on {plural(row.gpus, 'GPU')}); {choice.faster} would be faster "
+              f"{where}: "
+              f"{f.samples_per_s:,.0f} samples/s on {plural(f.gpus, 'GPU')} at efficiency "
+              f"{floor2(f.efficiency)} (x{f.samples_per_s / row.samples_per_s:.2f}); "
+              f"set architecture = \"{choice.faster}\" to plan it (all: {others})")
 
 
 @dataclass(frozen=True)
@@ -191,7 +251,8 @@ def batch_to_scale(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_
     ``b' = ceil(b O alpha / ((1 - alpha) T_C))``.
     """
     target = st.options.target_efficiency
-    if choice.row.gpus >= max_gpus or max_gpus <= 1 or target >= 1:
+    if (choice.row.gpus >= max_gpus and not choice.below_target) or max_gpus <= 1 \
+            or target >= 1:
         return None
     top = all_rows[choice.architecture][max_gpus - 1]
     overhead = top.step_s - top.compute_s

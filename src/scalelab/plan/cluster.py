@@ -39,8 +39,9 @@ class Cluster:
     """NIC (catalog name: 10GbE, 100GbE, HDR, ...)."""
     network_gbps: float | None = None
     """...or its payload rate in Gb/s per direction."""
-    architecture: str = "ps"
-    """ps | allreduce | hierarchical."""
+    architecture: str | None = None
+    """ps | allreduce | hierarchical: the one planned and recommended (the others are shown
+    as alternatives); None: not named, the fastest that keeps the target is recommended."""
     local_aggregation: bool = True
     """ps: reduce inside the machine before pushing (N_w = nodes)."""
     ps: str | int = "auto"
@@ -92,7 +93,7 @@ class Cluster:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
                                   or not v > 0):
                 raise UsageError(f"{name} must be > 0 Gb/s, got {v!r}")
-        if self.architecture not in ARCHITECTURES:
+        if self.architecture is not None and self.architecture not in ARCHITECTURES:
             raise UsageError(f"unknown architecture {self.architecture!r} "
                              f"({', '.join(ARCHITECTURES)})")
         if self.ps_placement not in PLACEMENTS:

@@ -231,8 +231,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         raise UsageError(f"--max-gpus {max_gpus} is more than the cluster's {cluster.gpus} "
                          f"devices ({cluster.nodes} nodes x {cluster.gpus_per_node}): raise "
                          "--nodes to plan a larger cluster")
-    archs = options.architectures or (
-        cluster.architecture, *[a for a in ARCHITECTURES if a != cluster.architecture])
+    first = cluster.architecture or ARCHITECTURES[0]
+    archs = options.architectures or (first, *[a for a in ARCHITECTURES if a != first])
     full = list(range(1, max_gpus + 1))
     all_rows = {a: sweep_architecture(st.work, cluster, st.params, a, full,
                                       st.samples_per_exchange,

@@ -36,6 +36,11 @@ def _precheck_checkpoints(cfg: RunConfig) -> None:
 
     with torch.device("meta"):
         model = cfg.workload.build_model(seed=None)
+    if cfg.architecture == "fsdp":
+        from scalelab.runner import fsdp
+
+        fsdp.check_directory(cfg.checkpoint_dir, checkpoint.identity(cfg, model))
+        return
     checkpoint.check_directory(cfg.checkpoint_dir, checkpoint.identity(cfg, model))
 
 

@@ -17,7 +17,8 @@ from scalelab.runner.devices import check_device, default_device
 from scalelab.theory.comm import PIPELINED, PUSH_THEN_PULL
 from scalelab.workload import WorkloadSpec
 
-ARCHITECTURES = ("ps", "allreduce")
+ARCHITECTURES = ("ps", "allreduce", "fsdp")
+SHARD_LEVELS = (1, 2, 3)
 MODES = ("sync", "async")
 PARTITIONS = ("balanced", "tensor")
 LAUNCHERS = ("local", "torchrun")
@@ -27,6 +28,12 @@ LAUNCHERS = ("local", "torchrun")
 ASYNC_EXCHANGE = "asynchronous (one message per shard, applied on arrival)"
 #: DDP's exchange: bucketed ring all-reduce launched from backward hooks.
 ALLREDUCE_EXCHANGE = "ring all-reduce (DDP buckets, overlapping backward)"
+#: The sharded exchanges (``--architecture fsdp``), by ZeRO level (:mod:`scalelab.runner.fsdp`).
+FSDP_EXCHANGE = {
+    1: "ZeRO-1: DDP all-reduce, then each owner broadcasts its updated parameters",
+    2: "ZeRO-2: FSDP2 all-gather once per unit, reduce-scatter of gradients",
+    3: "ZeRO-3: FSDP2 all-gather per unit in forward and backward, reduce-scatter of gradients",
+}
 
 
 @dataclass(frozen=True)
@@ -58,13 +65,17 @@ class RunConfig:
     stage_host: bool | None = None  # PS workers stage the exchange through host buffers;
     # None: when the device is cuda (True on the CPU runs the same staging code, for tests)
     final_params_path: str | None = None
+    shard_level: int = 3  # --architecture fsdp: ZeRO level (1, 2, 3)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.workload, WorkloadSpec):
             raise UsageError("workload must be a WorkloadSpec")
         if self.architecture not in ARCHITECTURES:
-            raise UsageError(f"unknown architecture {self.architecture!r} (ps or allreduce)")
+            raise UsageError(
+                f"unknown architecture {self.architecture!r} (ps, allreduce or fsdp)")
+        if self.shard_level not in SHARD_LEVELS:
+            raise UsageError(f"--zero must be 1, 2 or 3, got {self.shard_level}")
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r} (sync or async)")
         if self.partition not in PARTITIONS:
@@ -87,9 +98,11 @@ class RunConfig:
                 )
         else:
             if ps not in (None, 0):
-                raise UsageError(f"--ps {ps} makes no sense with --architecture allreduce")
+                raise UsageError(
+                    f"--ps {ps} makes no sense with --architecture {self.architecture}")
             if self.mode != "sync":
-                raise UsageError("--mode async needs --architecture ps (all-reduce is synchronous)")
+                raise UsageError("--mode async needs --architecture ps (all-reduce and sharded "
+                                 "data parallelism are synchronous)")
             if self.colocate:
                 raise UsageError("--colocate needs --architecture ps")
             ps = 0
@@ -139,9 +152,12 @@ class RunConfig:
           server's exchange is ``theory.comm.PUSH_THEN_PULL`` (all pushes, then all pulls).
         - asynchronous parameter server: :data:`ASYNC_EXCHANGE`.
         - all-reduce: :data:`ALLREDUCE_EXCHANGE` (:func:`scalelab.theory.comm.ring_allreduce_s`).
+        - sharded: :data:`FSDP_EXCHANGE` by level (:func:`scalelab.theory.zero.exchange_bytes`).
         """
         if self.architecture == "allreduce":
             return ALLREDUCE_EXCHANGE
+        if self.architecture == "fsdp":
+            return FSDP_EXCHANGE[self.shard_level]
         if self.mode == "async":
             return ASYNC_EXCHANGE
         return PIPELINED if self.piece_bytes else PUSH_THEN_PULL
@@ -154,7 +170,7 @@ class RunConfig:
     def role_of(self, rank: int) -> tuple[str, int]:
         """``("worker", k)`` or ``("server", k)`` for a global rank."""
         assert 0 <= rank < self.world_size, rank
-        if self.architecture == "allreduce":
+        if self.architecture != "ps":
             return "worker", rank
         if self.colocate:
             return ("worker" if rank % 2 == 0 else "server"), rank // 2

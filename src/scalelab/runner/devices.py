@@ -85,7 +85,7 @@ def assign(device: str, architecture: str, role: str, rank: int, local_rank: int
     if device_count < 1:
         raise UsageError(f"--device cuda: rank {rank} sees no CUDA device "
                          "(torch.cuda.device_count() is 0); use --device cpu")
-    nccl = architecture == "allreduce"
+    nccl = architecture in ("allreduce", "fsdp")
     if role != "worker":
         return RankDevice("cpu", "gloo")  # servers stay on the CPU
     position = local_worker_position(rank, local_rank, is_worker)

@@ -124,6 +124,8 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
         summary: dict = {}
         if cfg.architecture == "allreduce":
             summary = _run_ddp(cfg, k, model, ident, log, place)
+        elif cfg.architecture == "fsdp":
+            summary = _run_fsdp(cfg, k, model, ident, log, place)
         else:
             summary = _run_ps(cfg, role, k, model, ident, log, place)
         gathered = [None] * world_size
@@ -175,6 +177,41 @@ def _run_ddp(cfg, k, model, ident, log, place) -> dict:
     if k == 0:
         summary["final_param_checksum"] = checksum(w.params)
         _save_params(cfg, w.module)
+    return summary
+
+
+def _run_fsdp(cfg, k, model, ident, log, place) -> dict:
+    """Sharded data parallelism (:mod:`scalelab.runner.fsdp`), stepped as DDP is."""
+    from scalelab.profiler.memory import peak_memory_bytes, reset_peak_memory
+    from scalelab.runner.fsdp import FSDPWorker
+
+    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+        w = FSDPWorker(cfg, k, model, shards, ident, place.device)
+        start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
+        reset_peak_memory(place.device)
+
+        def body(step, timer):
+            out = w.step(step, timer)
+            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
+                w.save(step + 1)  # every rank writes its shards
+            return out
+
+        _steps(cfg, start, body, log, place)
+    summary = {"resumed_from_step": start, "param_bytes": w.param_bytes,
+               "shard_level": cfg.shard_level, "model_state": w.model_state_bytes(),
+               "peak_memory_bytes": peak_memory_bytes(place.device),
+               "unit_numels": w.unit_numels}
+    full = w.named_full_params()  # a collective: every rank takes part
+    if k == 0:
+        summary["final_param_checksum"] = checksum(full.values())
+        if cfg.final_params_path:
+            import io
+
+            from scalelab.results import write_text_atomic
+
+            buf = io.BytesIO()
+            torch.save(full, buf)
+            write_text_atomic(cfg.final_params_path, buf.getvalue())
     return summary
 
 

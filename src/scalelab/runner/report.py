@@ -47,8 +47,8 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         out = {"rank": r["rank"], "role": r["role"], "index": r["index"],
                "steps": len(r["records"]),
                **{p: (_phase(recs, p) or {}).get("median") for p in phases}}
-        for key in ("bytes_sent", "bytes_received", "bytes_reduced", "bytes_staged_d2h",
-                    "bytes_staged_h2d"):
+        for key in ("bytes_sent", "bytes_received", "bytes_reduced", "bytes_gathered",
+                    "bytes_staged_d2h", "bytes_staged_h2d"):
             vals = [rec[key] for rec in recs if key in rec]
             if vals:
                 out[key + "_per_step"] = statistics.mean(vals)
@@ -62,7 +62,8 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         if not rows:
             return None
         keys = [k for k in ("bytes_sent_per_step", "bytes_received_per_step",
-                            "bytes_reduced_per_step", "bytes_staged_d2h_per_step",
+                            "bytes_reduced_per_step", "bytes_gathered_per_step",
+                            "bytes_staged_d2h_per_step",
                             "bytes_staged_h2d_per_step") if k in rows[0]]
         return {k.removesuffix("_per_step"): statistics.mean(p.get(k, 0) for p in rows)
                 for k in keys}

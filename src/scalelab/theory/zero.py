@@ -18,12 +18,14 @@ With the paper's p = g = 2 (fp16) and K = 12 these are its ``(2 + 2 + K) Psi``,
 ``4 Psi + K Psi / N``, ``2 Psi + (2 + K) Psi / N`` and ``(2 + 2 + K) Psi / N``; for
 Psi = 7.5e9, N = 64 they give 120 GB, 31.4 GB, 16.6 GB and 1.88 GB (the paper's Table 1).
 
-These are the states between steps. Inside a step a sharded layout also holds what it
-gathers: ZeRO-3 (FSDP2 ``reshard_after_forward=True``) one unit's full parameters at a
-time (two with prefetch of the next unit), ZeRO-2 as FSDP2 runs it
-(``reshard_after_forward=False``) every unit's full parameters from forward until its
-backward, and both a unit's full gradient until it is reduce-scattered. See
-:func:`transient_bytes`.
+These are the states the paper counts: the most a rank holds of each part during a step.
+On top, a sharded layout holds what it gathers (:func:`transient_bytes`): ZeRO-3 (FSDP2
+``reshard_after_forward=True``) one unit's full parameters at a time (two with prefetch
+of the next unit), and ZeRO-2/3 a unit's full gradient until it is reduce-scattered.
+ZeRO-2 as FSDP2 runs it (``reshard_after_forward=False``) keeps every unit's full
+parameters from its forward to the end of its backward, the ``p Psi`` above, and frees
+them after backward: between steps its ranks hold ZeRO-3's state
+(:func:`rank_state_bytes`, ``between_steps=True``).
 
 Exchange per rank per step (each rank's link, bytes sent = bytes received), from the
 ring collectives over N ranks, each moving ``(N-1)/N`` of the tensor per rank:
@@ -167,12 +169,11 @@ def transient_bytes(unit_params: Sequence[float], ranks: int, layout: str, *,
                     prefetch: bool = True) -> float:
     """Extra bytes a sharded layout holds inside a step on top of :func:`model_state`.
 
-    ``unit_params``: parameters of each FSDP unit (one per block). With ZeRO-3 the
-    gathered parameters of the largest unit (two units with prefetch) plus that unit's
-    full gradient before its reduce-scatter; with ZeRO-2 (FSDP2 keeping parameters
-    unsharded from forward to backward) every unit's full parameters, less the rank's own
-    shard, plus the largest unit's full gradient; ZeRO-1 and plain DDP none (the full
-    parameters and gradients are already in the state).
+    ``unit_params``: parameters of each FSDP unit (one per block). ZeRO-2 and ZeRO-3: the
+    largest unit's full gradient before its reduce-scatter, less the rank's shard of it
+    (already in the state); ZeRO-3 also the gathered parameters of the largest unit (two
+    units with prefetch of the next); ZeRO-1 and plain DDP none (the full parameters and
+    gradients are already in the state).
     """
     check_layout(layout)
     if layout in ("ddp", "zero1") or ranks == 1 or not unit_params:
@@ -180,7 +181,7 @@ def transient_bytes(unit_params: Sequence[float], ranks: int, layout: str, *,
     largest = sorted(unit_params, reverse=True)
     grad = grad_bytes_per_param * largest[0] * (ranks - 1) / ranks
     if layout == "zero2":
-        return param_bytes_per_param * sum(unit_params) * (ranks - 1) / ranks + grad
+        return grad
     gathered = sum(largest[:2] if prefetch else largest[:1])
     return param_bytes_per_param * gathered + grad
 
@@ -204,6 +205,40 @@ def dim0_shard_numel(shape: Sequence[int], ranks: int, rank: int) -> int:
 def sharded_numel(shapes: Iterable[Sequence[int]], ranks: int, rank: int) -> int:
     """Elements ``rank`` holds of all ``shapes``, each sharded on its first dimension."""
     return sum(dim0_shard_numel(s, ranks, rank) for s in shapes)
+
+
+def rank_state_bytes(shapes: Sequence[Sequence[int]], ranks: int, rank: int, layout: str, *,
+                     param_bytes_per_param: float = 4, grad_bytes_per_param: float = 4,
+                     optimizer_bytes_per_param: float = 4,
+                     between_steps: bool = True) -> ModelState:
+    """Exactly what ``rank`` holds of tensors of ``shapes``, as torch's engines place them.
+
+    - sharded parts of ZeRO-2/3 (FSDP2): each tensor's dim-0 shard (:func:`sharded_numel`);
+      ZeRO-2's parameters are whole inside the step and sharded ``between_steps``;
+    - ZeRO-1 (``ZeroRedundancyOptimizer``): whole tensors' optimizer state, placed
+      largest first on the least-loaded rank
+      (:func:`scalelab.theory.sharding.greedy_whole_tensor`, its documented algorithm);
+    - plain DDP: everything.
+
+    Defaults: fp32 parameters and gradients, SGD with momentum (K = 4).
+    """
+    from scalelab.theory.sharding import greedy_whole_tensor
+
+    check_layout(layout)
+    numels = [math.prod(s) for s in shapes]
+    total = sum(numels)
+    mine = sharded_numel(shapes, ranks, rank)
+    if layout == "ddp":
+        p = g = k = total
+    elif layout == "zero1":
+        p = g = total
+        k = greedy_whole_tensor(numels, ranks)[rank]
+    elif layout == "zero2":
+        p, g, k = (mine if between_steps else total), mine, mine
+    else:
+        p = g = k = mine
+    return ModelState(layout, ranks, p * param_bytes_per_param, g * grad_bytes_per_param,
+                      k * optimizer_bytes_per_param)
 
 
 def largest_batch(memory_bytes: float, state_bytes: float, transient_bytes_: float,

@@ -1,0 +1,257 @@
+"""Sharded data parallelism: ZeRO-1, ZeRO-2 and ZeRO-3 on the same model, data and optimizer.
+
+Levels (``RunConfig.shard_level``; the layouts of :mod:`scalelab.theory.zero`):
+
+- **3** (ZeRO-3, FSDP full shard): FSDP2 ``fully_shard`` on every block of the model
+  (:func:`blocks`) and on the root, ``reshard_after_forward=True``: a block's parameters
+  are all-gathered before its forward, freed after it, gathered again for its backward
+  (FSDP2 prefetches the next block's), and its gradients reduce-scattered to their shards.
+- **2** (ZeRO-2): the same units with ``reshard_after_forward=False``: parameters gathered
+  once in forward stay whole until backward has used them, gradients reduce-scattered.
+- **1** (ZeRO-1): torch's ``ZeroRedundancyOptimizer`` over DDP. DDP all-reduces the whole
+  gradient; each rank keeps the optimizer state of the parameters it owns (whole tensors,
+  placed by size), updates them and broadcasts them to the others.
+
+Between steps every rank holds the shards its level says, counted from the tensors in
+:meth:`FSDPWorker.model_state_bytes`. Checkpoints are written with
+``torch.distributed.checkpoint`` (every rank its shards, in parallel) to
+``<dir>/fsdp-step<NNNNNNNN>/``, with the run's identity in ``identity.json`` beside the
+shards; a resumed run reads the newest complete one. Phases as DDP's: ``compute_s`` is
+forward + backward with the exchange that does not hide behind them (the gradients'
+reduce-scatter, and with levels 2/3 the parameters' all-gathers), ``apply_s`` the optimizer
+step (with level 1 including the broadcast of the updated parameters).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scalelab.errors import UsageError
+from scalelab.results import write_text_atomic
+from scalelab.runner.timers import StepTimer, maybe_phase
+from scalelab.workload import logits_of
+
+OWNER = "fsdp"
+KEEP = 2
+
+
+def blocks(model: nn.Module) -> list[nn.Module]:
+    """The units FSDP2 shards one by one: the model's top-level children that hold
+    parameters, a container child (``Sequential``, ``ModuleList``) opened one level down
+    (a ResNet's ``layer1`` gives its residual blocks). The root takes what is left."""
+    out: list[nn.Module] = []
+    for child in model.children():
+        if not any(True for _ in child.parameters()):
+            continue
+        if isinstance(child, (nn.Sequential, nn.ModuleList)):
+            inner = [c for c in child.children() if any(True for _ in c.parameters())]
+            if len(inner) > 1:
+                out.extend(inner)
+                continue
+        out.append(child)
+    return out
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _nbytes(t: torch.Tensor | None) -> int:
+    if t is None:
+        return 0
+    loc = _local(t)
+    return loc.numel() * loc.element_size()
+
+
+class FSDPWorker:
+    def __init__(self, cfg, index: int, model: nn.Module, shards, identity: dict,
+                 device: torch.device | str = "cpu"):
+        self.cfg, self.k, self.shards, self.identity = cfg, index, shards, identity
+        self.level = cfg.shard_level
+        self.device = torch.device(device)
+        model = model.to(self.device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.param_numel = sum(p.numel() for p in params)
+        self.param_bytes = sum(p.numel() * p.element_size() for p in params)
+        self.unit_numels: list[int] = []
+        if self.level == 1:
+            from torch.distributed.optim import ZeroRedundancyOptimizer
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self.module = model
+            self.wrapped = DistributedDataParallel(model, device_ids=ids)
+            self.opt = self._zero_optimizer(ZeroRedundancyOptimizer, params)
+        else:
+            from torch.distributed.fsdp import fully_shard
+
+            reshard = self.level == 3
+            for b in blocks(model):
+                self.unit_numels.append(sum(p.numel() for p in b.parameters()))
+                fully_shard(b, reshard_after_forward=reshard)
+            fully_shard(model, reshard_after_forward=reshard)
+            self.module = self.wrapped = model
+            self.opt = cfg.workload.make_optimizer(
+                [p for p in model.parameters() if p.requires_grad])
+        self.loss_fn = cfg.workload.loss_fn()
+
+    def _zero_optimizer(self, cls, params):
+        spec = self.cfg.workload
+        if spec.optimizer == "adam":
+            return cls(params, optimizer_class=torch.optim.Adam, lr=spec.lr)
+        return cls(params, optimizer_class=torch.optim.SGD, lr=spec.lr, momentum=spec.momentum)
+
+    # -- the step ---------------------------------------------------------------------
+    def step(self, step: int, timer: StepTimer | None) -> dict:
+        with maybe_phase(timer, "data_s"):
+            x, y = self.shards.shard(step, self.k)
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+        self.opt.zero_grad(set_to_none=True)
+        with maybe_phase(timer, "compute_s"):
+            loss = self.loss_fn(logits_of(self.wrapped(x)), y)
+            loss.backward()
+        with maybe_phase(timer, "apply_s"):
+            self.opt.step()
+        return {"loss": float(loss.detach()), **self.exchange_payload()}
+
+    def exchange_payload(self) -> dict:
+        """Bytes of tensors entering the collectives per step (as DDP's ``bytes_reduced``):
+        ``bytes_reduced`` the gradients (all-reduced at level 1, reduce-scattered at 2/3),
+        ``bytes_gathered`` the parameters (broadcast from their owners at level 1,
+        all-gathered once at level 2, twice at level 3)."""
+        gathers = {1: 1, 2: 1, 3: 2}[self.level]
+        return {"bytes_reduced": self.param_bytes, "bytes_gathered": gathers * self.param_bytes}
+
+    # -- what this rank holds ---------------------------------------------------------
+    def model_state_bytes(self) -> dict:
+        """This rank's parameters, gradients and optimizer state, counted from its tensors
+        (the local shards of sharded tensors), in bytes."""
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        opt = self.opt.optim if self.level == 1 else self.opt
+        state = 0
+        for st in opt.state.values():
+            for v in st.values():
+                if torch.is_tensor(v) and v.dim() > 0:
+                    state += _nbytes(v)
+        return {"param_bytes": sum(_nbytes(p) for p in params),
+                "grad_bytes": sum(_nbytes(p.grad) for p in params),
+                "optimizer_bytes": state}
+
+    @property
+    def params(self) -> list[torch.Tensor]:
+        """The whole parameters (gathered from every rank at levels 2/3: a collective)."""
+        out = []
+        for p in self.module.parameters():
+            if p.requires_grad:
+                out.append(p.full_tensor() if hasattr(p, "full_tensor") else p)
+        return out
+
+    def named_full_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter whole, by name (a collective at levels 2/3)."""
+        return {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu().clone()
+                for n, p in self.module.named_parameters()}
+
+    # -- checkpoints ------------------------------------------------------------------
+    def _state(self) -> dict:
+        if self.level == 1:
+            self._materialize_optimizer_state()
+            return {"model": self.module.state_dict(),
+                    f"optim{dist.get_rank()}": self.opt.optim.state_dict()}
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.module, self.opt)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def _materialize_optimizer_state(self) -> None:
+        """Create the owned parameters' optimizer state (zero gradients, lr 0: nothing
+        moves) so that a checkpoint's tensors have somewhere to load into."""
+        inner = self.opt.optim
+        if inner.state:
+            return
+        lrs = [g["lr"] for g in inner.param_groups]
+        for g in inner.param_groups:
+            g["lr"] = 0.0
+            for p in g["params"]:
+                p.grad = torch.zeros_like(p)
+        inner.step()
+        for g, lr in zip(inner.param_groups, lrs):
+            g["lr"] = lr
+            for p in g["params"]:
+                p.grad = None
+
+    def save(self, step: int) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        root = Path(self.cfg.checkpoint_dir)
+        path = root / f"{OWNER}-step{step:08d}"
+        dcp.save(self._state(), checkpoint_id=str(path))
+        dist.barrier()
+        if dist.get_rank() == 0:
+            write_text_atomic(path / "identity.json",
+                              json.dumps({"identity": self.identity, "step": step}))
+            for old in sorted(steps_of(self.cfg.checkpoint_dir))[:-KEEP]:
+                shutil.rmtree(root / f"{OWNER}-step{old:08d}", ignore_errors=True)
+
+    def resume(self, directory: str) -> int:
+        """Load the newest complete checkpoint every rank sees; returns its step (0: none)."""
+        import torch.distributed.checkpoint as dcp
+
+        mine = max(steps_of(directory), default=0)
+        everyone = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone, mine)
+        step = min(everyone)
+        if not step:
+            return 0
+        path = Path(directory) / f"{OWNER}-step{step:08d}"
+        check_identity(path, self.identity)
+        state = self._state()
+        dcp.load(state, checkpoint_id=str(path))
+        if self.level == 1:
+            self.module.load_state_dict(state["model"])
+            self.opt.optim.load_state_dict(state[f"optim{dist.get_rank()}"])
+        else:
+            from torch.distributed.checkpoint.state_dict import set_state_dict
+
+            set_state_dict(self.module, self.opt, model_state_dict=state["model"],
+                           optim_state_dict=state["optim"])
+        return step
+
+
+def steps_of(directory: str | None) -> set[int]:
+    """Steps of the complete checkpoints in ``directory`` (identity written last)."""
+    d = Path(directory) if directory else None
+    if d is None or not d.is_dir():
+        return set()
+    out = set()
+    for f in d.glob(f"{OWNER}-step*/identity.json"):
+        try:
+            out.add(int(f.parent.name.removeprefix(f"{OWNER}-step")))
+        except ValueError:
+            continue
+    return out
+
+
+def check_identity(path: Path, expected: dict) -> None:
+    try:
+        found = json.loads((path / "identity.json").read_text())["identity"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"{path}: not a scalelab checkpoint") from None
+    if found != expected:
+        diffs = [k for k in expected if found.get(k) != expected[k]]
+        what = ", ".join(f"{k} {found.get(k)!r} here vs {expected[k]!r}" if k != "tensors"
+                         else "parameter shapes differ" for k in diffs[:3])
+        raise UsageError(f"checkpoint {path} is from another model or layout: {what}")
+
+
+def check_directory(directory: str, expected: dict) -> None:
+    """Reject, before any rank starts, a folder whose newest checkpoint is another model's."""
+    steps = steps_of(directory)
+    if steps:
+        check_identity(Path(directory) / f"{OWNER}-step{max(steps):08d}", expected)

@@ -1,0 +1,86 @@
+"""The architecture a user names is the one planned and recommended; the others are
+alternatives with what they give, and the recommendation says when one would be faster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scalelab.cli import main
+from scalelab.plan import Cluster, PlanOptions, plan, workload_from_dict
+from scalelab.results import read_json
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+MB = 1_000_000
+
+
+def _plan_cli(capsys, tmp_path, *argv):
+    out = tmp_path / "plan.json"
+    code = main(["plan", "--workload", str(EXAMPLES / "workload.toml"), *argv,
+                 "--out", str(out)])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    return text, read_json(out, "plan")
+
+
+def test_the_16_node_ps_example_recommends_parameter_servers(capsys, tmp_path):
+    text, data = _plan_cli(capsys, tmp_path, "--cluster",
+                           str(EXAMPLES / "cluster-16x-10gbe-ps.toml"))
+    rec = data["recommendation"]
+    assert rec["architecture"] == "ps"
+    assert rec["gpus"] == 16 and rec["num_ps"] >= rec["num_ps_min"] >= 1
+    assert "--ps " in rec["launch"] and "allreduce" not in rec["launch"]
+    # the faster alternative is named, with what it gives
+    why = next(r for r in rec["reasons"] if r.startswith("architecture ps"))
+    assert "as the cluster names it" in why and "would be faster" in why
+    faster = [a for a in rec["alternatives"] if a["label"].endswith("(faster)")]
+    assert len(faster) == 1 and faster[0]["architecture"] != "ps"
+    assert faster[0]["samples_per_s"] > rec["samples_per_s"]
+    line = next(x for x in text.splitlines() if x.startswith("recommend"))
+    assert line.startswith("recommend ps on 16 GPUs") and "(faster)" in line
+    assert "below target 0.8" in line
+    # what the workers' link would need to reach the target with servers
+    assert any(r.startswith("network_gbps_needed") and "push-then-pull" in r
+               for r in rec["reasons"])
+
+
+def test_the_flag_wins_over_the_cluster_file(capsys, tmp_path):
+    _, data = _plan_cli(capsys, tmp_path, "--cluster",
+                        str(EXAMPLES / "cluster-16x-10gbe-ps.toml"),
+                        "--architecture", "hierarchical")
+    assert data["recommendation"]["architecture"] == "hierarchical"
+    assert data["inputs"]["cluster"]["architecture"] == "hierarchical"
+
+
+def test_without_a_named_architecture_the_fastest_is_recommended():
+    inp = workload_from_dict({"param_bytes": 100 * MB, "batch_size": 32, "step_s": 0.3})
+    c = Cluster(nodes=8, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE")
+    p = plan(inp, c)
+    rec = p.recommendation
+    best = max((r for r in p.sweep if r.efficiency >= 0.8 - 1e-12),
+               key=lambda r: r.samples_per_s)
+    assert rec.samples_per_s == pytest.approx(best.samples_per_s)
+    assert any("the fastest that keeps the target" in r for r in rec.to_dict()["reasons"])
+
+
+@pytest.mark.parametrize("named", ["ps", "allreduce", "hierarchical"])
+def test_every_named_architecture_is_the_one_recommended(named):
+    inp = workload_from_dict({"param_bytes": 100 * MB, "batch_size": 32, "step_s": 0.3})
+    c = Cluster(nodes=8, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE",
+                architecture=named)
+    rec = plan(inp, c).recommendation
+    assert rec.architecture == named
+    others = {a.architecture for a in rec.alternatives if a.label.endswith(")")}
+    assert others == {"ps", "allreduce", "hierarchical"} - {named}
+    why = next(r for r in rec.to_dict()["reasons"] if r.startswith(f"architecture {named}"))
+    assert ("would be faster" in why) == any(a.label.endswith("(faster)")
+                                             for a in rec.alternatives)
+
+
+def test_a_named_architecture_that_keeps_the_target_is_not_stretched_past_it():
+    inp = workload_from_dict({"param_bytes": 100 * MB, "batch_size": 32, "step_s": 0.3})
+    c = Cluster(nodes=32, network_gbps=10, architecture="allreduce", overlap=0.0)
+    rec = plan(inp, c, PlanOptions(target_efficiency=0.72)).recommendation
+    assert 1 < rec.gpus < 32 and rec.efficiency >= 0.72
