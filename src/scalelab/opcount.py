@@ -160,6 +160,19 @@ def _optimizer_op(spec: WorkloadSpec, params: list[torch.Tensor]) -> OpCost:
                   kernels=_OPTIMIZER_PASSES[spec.optimizer] * groups)
 
 
+def record_step(spec: WorkloadSpec, net: torch.nn.Module, x: torch.Tensor,
+                y: torch.Tensor) -> tuple[OpCost, ...]:
+    """The forward and backward operations of one step of ``net`` on ``(x, y)``, counted
+    as this module counts them, on whatever device the tensors are (meta or CPU)."""
+    net.train()
+    rec = _Recorder()
+    with rec:
+        loss = spec.loss_fn()(logits_of(net(x)), y)
+        rec.phase = "backward"
+        loss.backward()
+    return tuple(rec.ops)
+
+
 @lru_cache(maxsize=64)
 def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
            batch_size: int) -> StepOps:
@@ -169,14 +182,8 @@ def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer
         net = spec.build_model(seed=None)
         x = torch.empty((batch_size, *spec.input_shape))
         y = torch.zeros(batch_size, dtype=torch.long)
-    net.train()
     params = [p for p in net.parameters() if p.requires_grad]
-    rec = _Recorder()
-    with rec:
-        loss = spec.loss_fn()(logits_of(net(x)), y)
-        rec.phase = "backward"
-        loss.backward()
-    ops = (*rec.ops, _optimizer_op(spec, params))
+    ops = (*record_step(spec, net, x, y), _optimizer_op(spec, params))
     return StepOps(model, tuple(input_shape), num_classes, optimizer, batch_size,
                    sum(p.numel() for p in params), ops)
 

@@ -25,27 +25,49 @@ def precision_of(algorithm: str | None) -> str:
     return "fp32"
 
 
+def default_precision_note(device: hardware.Device) -> str:
+    """What PyTorch's default ("fp32") means on ``device``: cuDNN runs convolutions in TF32
+    where the device has TF32 units (``torch.backends.cudnn.allow_tf32`` defaults to True),
+    while matrix products stay plain FP32 (``torch.backends.cuda.matmul.allow_tf32``
+    defaults to False)."""
+    if device.peak_flops("tf32") is not None:
+        return "TF32 convolutions, FP32 matrix products"
+    return "FP32 convolutions and matrix products"
+
+
+def check_precision_units(device: hardware.Device, precision: str) -> None:
+    """Refuse, in one line, a precision ``device`` has no units for (bf16 on a V100)."""
+    if precision == "fp32" or device.peak_flops("fp32") is None:
+        return
+    if device.peak_flops(precision) is None:
+        have = [p for p in hardware.PRECISIONS if device.peak_flops(p) is not None]
+        raise UsageError(f"{device.name} has no {precision} units (it computes in "
+                         f"{', '.join(have)}): choose one of those with --precision")
+
+
 def target_precision(inp: PlanInput, cluster: Cluster, options: PlanOptions,
                      target: hardware.Device) -> tuple[str, str]:
     """(precision the target device computes in, why).
 
-    The user's word first (``--precision``, then the cluster's ``precision``); else, when the
-    profile was measured on a GPU, its chosen configuration; else PyTorch's default on the
-    target: TF32 for convolutions on devices with TF32 units (Ampere and later: PyTorch's
-    ``torch.backends.cudnn.allow_tf32`` defaults to True), FP32 elsewhere. What won on a
-    CPU says nothing about how the user trains on GPUs, so a CPU profile's choice is not
-    carried over.
+    The precisions are the user's: "fp32" is PyTorch's default (TF32 convolutions on devices
+    with TF32 units, FP32 matrix products), "tf32" both in TF32, "bf16"/"fp16" autocast.
+    The user's word first (``--precision``, then the cluster's ``precision``), refused when
+    the target has no units for it; else, when the profile was measured on a GPU, its
+    chosen configuration; else PyTorch's default, "fp32". What won on a CPU says nothing
+    about how the user trains on GPUs, so a CPU profile's choice is not carried over.
     """
     if options.precision:
-        return options.precision, "as asked (--precision)"
+        check_precision_units(target, options.precision)
+        return options.precision, "as asked with --precision"
     if cluster.precision:
+        check_precision_units(target, cluster.precision)
         return cluster.precision, "the cluster file's precision"
     src = hardware.match_device(inp.device) if inp.device else None
     if src is not None and src.peak_flops("fp32") is not None and inp.algorithm:
-        return precision_of(inp.algorithm), f"the GPU profile's configuration {inp.algorithm}"
-    if target.peak_flops("tf32") is not None:
-        return "tf32", f"PyTorch's default on {target.name} (TF32 convolutions)"
-    return "fp32", f"PyTorch's default on {target.name} (FP32)"
+        p = precision_of(inp.algorithm)
+        if target.peak_flops(p) is not None:
+            return p, f"the GPU profile's configuration {inp.algorithm}"
+    return "fp32", f"PyTorch's default on {target.name}: {default_precision_note(target)}"
 
 
 @dataclass(frozen=True)
@@ -59,15 +81,10 @@ class TargetCompute:
     floor_s: float = 0.0  # the target's step floor (kernels x launch latency)
 
 
-def _roofline_mode(precision: str, why: str) -> str:
-    """The estimate's precision mode: PyTorch's default (TF32 convolutions, FP32 matrix
-    products) is the roofline's "fp32" mode; a named precision is itself."""
-    return "fp32" if why.startswith("PyTorch's default") else precision
-
-
-def _source_precision(inp: PlanInput, mode: str) -> str:
-    """How the source GPU computed: its profile's configuration, else the same mode."""
-    return precision_of(inp.algorithm) if inp.algorithm else mode
+def source_precision(inp: PlanInput) -> str:
+    """How the measurement was computed: its configuration's precision, else PyTorch's
+    default ("fp32": a workload or profile without ``algorithm`` ran PyTorch's defaults)."""
+    return precision_of(inp.algorithm)
 
 
 def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
@@ -77,7 +94,7 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
     the model's operations cannot be counted (no model named, a model meta tensors cannot
     run, batch 1) or the target's peaks are unknown."""
     from scalelab.hardware.estimate import estimate_step
-    from scalelab.opcount import step_ops
+    from scalelab.opcache import fit_and_bands, step_ops
     from scalelab.workload import WorkloadSpec
 
     if not inp.model or batch_size < 2 or target.peak_flops("fp32") is None \
@@ -88,15 +105,63 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
                                     num_classes=inp.num_classes), batch_size)
     except ValueError:
         return None
-    mode = _roofline_mode(precision, why)
+    mode = precision
+    f, b = fit_and_bands()
     est = estimate_step(ops, target.name, mode, source_device=inp.device,
-                        source_step_s=step_s, source_precision=_source_precision(inp, mode))
+                        source_step_s=step_s, source_precision=source_precision(inp), f=f, b=b)
     how = f"compute estimated for {target.name} ({mode}: {why}): {est.how}"
     warnings = () if est.source_device and "not used" not in est.how else (
         f"assumption: {inp.device or 'the source'} is not a GPU in the catalog, so "
         f"{target.name}'s step is the roofline with fractions fitted to published "
         f"throughputs alone (+-{est.band:.0%}); profile on a GPU for a tighter estimate",)
     return TargetCompute(est.step_s, True, (how,), warnings, est.band, mode, est.floor_s)
+
+
+def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluster,
+                 options: PlanOptions, target: hardware.Device) -> TargetCompute:
+    """The measurement itself, or, when another precision is asked for on the device it was
+    measured on, the measurement carried by the ratio of the device's rooflines at the two
+    precisions: ``T_p = T_measured x R(device, p) / R(device, p_measured)``."""
+    measured_p = source_precision(inp)
+    asked = options.precision or cluster.precision
+    if not asked or asked == measured_p:
+        return TargetCompute(step_s, False, (), (), precision=measured_p)
+    precision, why = target_precision(inp, cluster, options, target)
+    from scalelab.hardware.estimate import estimate_step
+    from scalelab.opcache import fit_and_bands, step_ops
+    from scalelab.workload import WorkloadSpec
+
+    ops = None
+    if inp.model and batch_size >= 2:
+        try:
+            ops = step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
+                                        num_classes=inp.num_classes), batch_size)
+        except ValueError:
+            ops = None
+    if ops is not None:
+        f, b = fit_and_bands()
+        est = estimate_step(ops, target.name, precision, source_device=target.name,
+                            source_step_s=step_s, source_precision=measured_p, f=f, b=b)
+        how = (f"compute carried from {measured_p} (measured) to {precision} ({why}) on "
+               f"{target.name} by the ratio of its rooflines: {est.how}")
+        return TargetCompute(est.step_s, True, (how,), (), est.band, precision, est.floor_s)
+    peak_s, peak_t = _conv_peak(target, measured_p), _conv_peak(target, precision)
+    t = step_s * peak_s / peak_t
+    how = (f"compute carried from {measured_p} (measured) to {precision} ({why}) on "
+           f"{target.name} by the ratio of its peaks: {step_s:.4g} s x {peak_s / 1e12:g}/"
+           f"{peak_t / 1e12:g} TFLOPS = {t:.4g} s")
+    warning = (f"assumption: the workload names no model whose operations can be counted, so "
+               f"the {measured_p} step on {target.name} is carried to {precision} by the "
+               "ratio of peak FLOP/s, as if every operation were bound by its arithmetic")
+    return TargetCompute(t, True, (how,), (warning,), 0.0, precision, 0.0)
+
+
+def _conv_peak(device: hardware.Device, precision: str) -> float | None:
+    """The peak FLOP/s a convolution runs at on ``device`` in the user's ``precision``
+    (PyTorch's default "fp32": TF32 where the device has it), None when unknown."""
+    if precision == "fp32" and device.peak_flops("tf32") is not None:
+        return device.peak_flops("tf32")
+    return device.peak_flops(precision) or device.peak_flops("fp32")
 
 
 def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluster,
@@ -116,24 +181,21 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
     target = hardware.device(cluster.device)
     src = hardware.match_device(inp.device) if inp.device else target
     if src is not None and src.name == target.name:
-        return TargetCompute(step_s, False, (), ())
+        return _same_device(inp, step_s, batch_size, cluster, options, target)
     precision, why = target_precision(inp, cluster, options, target)
     roof = _roofline_compute(inp, step_s, batch_size, target, precision, why)
     if roof is not None:
         return roof
     warnings: list[str] = []
-    peak_t = target.peak_flops(precision)
+    peak_t = _conv_peak(target, precision)
     if peak_t is None:
-        peak_t = target.peak_flops("fp32")
-        if peak_t is None:
-            raise UsageError(f"the peak FLOPS of {target.name} are unknown: cannot scale a "
-                             f"measurement from {inp.device} to it")
-        warnings.append(f"{target.name} has no {precision} peak in the catalog; scaled by FP32")
-        precision = "fp32"
-    peak_s = src.peak_flops(precision) if src is not None else None
+        raise UsageError(f"the peak FLOPS of {target.name} are unknown: cannot scale a "
+                         f"measurement from {inp.device} to it")
+    peak_s = _conv_peak(src, source_precision(inp)) if src is not None else None
     per_sample = inp.flops_per_sample
     if not per_sample and peak_s is None and inp.model:
-        from scalelab.workload import WorkloadSpec, describe
+        from scalelab.opcache import describe
+        from scalelab.workload import WorkloadSpec
 
         spec = WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
                             num_classes=inp.num_classes)

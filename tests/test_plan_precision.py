@@ -1,0 +1,98 @@
+"""Precision as the user means it: "fp32" is PyTorch's default, a measurement is carried to
+another precision on its own device by the ratio of its rooflines, a precision the device
+has no units for is refused, and the profile's FLOPs are the project's own count."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from scalelab import hardware
+from scalelab.errors import UsageError
+from scalelab.hardware.estimate import device_roofline
+from scalelab.opcount import step_ops
+from scalelab.plan import Cluster, PlanOptions, plan, workload_from_dict
+from scalelab.plan.compute import target_compute, target_precision
+from scalelab.workload import WorkloadSpec, describe
+
+MODEL, BATCH = "resnet18", 32
+
+
+def _inp(device: str, step_s: float = 0.02, **extra):
+    return workload_from_dict({"model": MODEL, "batch_size": BATCH, "step_s": step_s,
+                               "device": device, **extra})
+
+
+def test_another_precision_on_the_same_device_is_carried_by_the_roofline_ratio():
+    inp = _inp("H200", 0.02)
+    tc = target_compute(inp, 0.02, BATCH, Cluster(device="H200", network="100GbE"),
+                        PlanOptions(precision="bf16"))
+    ops = step_ops(MODEL, BATCH)
+    ratio = (device_roofline(ops, "H200", "bf16", source=("H200", "fp32")).step_s
+             / device_roofline(ops, "H200", "fp32").step_s)
+    assert ratio < 0.95  # bf16 is faster on an H200: the measurement must not stay as is
+    assert tc.estimate and tc.precision == "bf16"
+    assert tc.compute_s == pytest.approx(0.02 * ratio, rel=1e-9)
+    assert "carried from fp32 (measured) to bf16" in tc.reasons[0]
+    assert "ratio of its rooflines" in tc.reasons[0]
+    # the precision it was measured in: the measurement itself
+    same = target_compute(inp, 0.02, BATCH, Cluster(device="H200", network="100GbE"),
+                          PlanOptions(precision="fp32"))
+    assert same.compute_s == 0.02 and not same.estimate
+
+
+def test_a_workload_without_algorithm_was_measured_in_fp32():
+    c = Cluster(device="H200", network="100GbE")
+    opts = PlanOptions(precision="bf16")
+    bare = target_compute(_inp("A100-SXM-80GB"), 0.02, BATCH, c, opts)
+    default = target_compute(_inp("A100-SXM-80GB", algorithm="default"), 0.02, BATCH, c, opts)
+    half = target_compute(_inp("A100-SXM-80GB", algorithm="bf16_autocast"), 0.02, BATCH, c,
+                          opts)
+    assert bare.compute_s == pytest.approx(default.compute_s, rel=1e-12)
+    assert bare.compute_s < half.compute_s  # an fp32 step is the slower source
+    assert "(A100-SXM-80GB, fp32)" in bare.reasons[0]
+
+
+def test_a_precision_the_device_has_no_units_for_is_refused():
+    v100 = hardware.device("V100-SXM2-16GB")
+    for p in ("bf16", "tf32"):
+        with pytest.raises(UsageError, match=f"V100-SXM2-16GB has no {p} units"):
+            target_precision(_inp("cpu"), Cluster(device="V100", network="100GbE"), PlanOptions(precision=p),
+                             v100)
+    assert target_precision(_inp("cpu"), Cluster(device="V100", network="100GbE"),
+                            PlanOptions(precision="fp16"), v100)[0] == "fp16"
+
+
+def test_cli_refuses_bf16_on_a_v100_in_one_line(tmp_path):
+    w = tmp_path / "w.toml"
+    w.write_text('model = "resnet18"\nbatch_size = 32\nstep_s = 1.0\ndevice = "cpu"\n')
+    r = subprocess.run([sys.executable, "-m", "scalelab", "plan", "--workload", str(w),
+                        "--nodes", "1", "--gpus-per-node", "1", "--device", "V100",
+                        "--precision", "bf16", "--network", "100GbE",
+                        "--out", str(tmp_path / "p.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no bf16 units" in lines[0] and "Traceback" not in r.stderr
+
+
+def test_the_default_is_named_fp32_in_every_line():
+    inp = _inp("cpu", 1.0)
+    h200 = hardware.device("H200")
+    p, why = target_precision(inp, Cluster(device="H200", network="100GbE"), PlanOptions(), h200)
+    assert p == "fp32" and "TF32 convolutions, FP32 matrix products" in why
+    out = plan(inp, Cluster(nodes=1, gpus_per_node=1, device="H200", network="100GbE",
+                            architecture="allreduce"))
+    text = " ".join(map(str, (*out.recommendation.reasons, *out.warnings)))
+    assert "fp32" in text and "tf32" not in text.lower().replace("tf32 convolutions", "")
+
+
+def test_profile_flops_are_the_operation_count():
+    # FlopCounterMode gives mobilenet_v2 12.28 GFLOP per sample (it counts a depthwise
+    # convolution's weight gradient over all channels); the operation count gives 1.78
+    flops = describe(WorkloadSpec("mobilenet_v2")).flops_per_sample
+    ops = step_ops("mobilenet_v2", 4)
+    assert flops == pytest.approx((ops.flops - ops.phase_flops("optimizer")) / 4, rel=1e-9)
+    assert 1.7e9 < flops < 1.9e9
