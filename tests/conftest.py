@@ -8,6 +8,16 @@ import torch
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _tmp_cache_dir(tmp_path_factory):
+    """Counted operations, fits and profiles go to a folder of this test session, never to
+    the user's cache (subprocesses inherit it); a test that sets SCALELAB_CACHE itself gets
+    its own folder."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SCALELAB_CACHE_DIR", str(tmp_path_factory.mktemp("scalelab-cache")))
+        yield
+
+
 def _is_root_with_netns() -> bool:
     if os.geteuid() != 0 or shutil.which("ip") is None:
         return False

@@ -24,20 +24,17 @@ from typing import Any
 import torch
 
 from scalelab.errors import UsageError
+from scalelab.paths import (  # noqa: F401 - the cache and the examples, kept importable here
+    EXAMPLES_DIR,
+    cache_dir,
+    default_clusters,
+    example_names,
+    resolve_cluster,
+    resolve_example,
+)
 from scalelab.profiler import ProfileOptions, run_profile
 from scalelab.results import read_json, write_json
 from scalelab.workload import WorkloadSpec
-
-EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
-"""Cluster and workload files a user can start from, shipped inside the package."""
-
-
-def cache_dir() -> Path:
-    """``$SCALELAB_CACHE``, else ``$XDG_CACHE_HOME/scalelab``, else ``~/.cache/scalelab``."""
-    if os.environ.get("SCALELAB_CACHE"):
-        return Path(os.environ["SCALELAB_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "scalelab"
 
 
 def profile_identity(spec: WorkloadSpec, options: ProfileOptions) -> dict[str, Any]:
@@ -111,36 +108,6 @@ def cached_profile(spec: WorkloadSpec, options: ProfileOptions, fresh: bool = Fa
     except UsageError:
         pass  # an unwritable cache costs a re-measurement next time, nothing else
     return CachedProfile(prof, False, path, note)
-
-
-def example_names() -> list[str]:
-    """Names of the shipped example cluster files (without ``.toml``)."""
-    return [p.stem for p in default_clusters()]
-
-
-def default_clusters() -> list[Path]:
-    """The example cluster files shipped with scalelab."""
-    return sorted(EXAMPLES_DIR.glob("cluster-*.toml")) if EXAMPLES_DIR.is_dir() else []
-
-
-def resolve_example(arg: str | os.PathLike, option: str = "--cluster") -> Path:
-    """A file argument: the file, else the name of a file shipped in :data:`EXAMPLES_DIR`
-    (``cluster-4x8-a100-100gbe``, ``workload.toml``; ``.toml`` optional), so that the
-    examples in ``--help`` work from any folder. A file here wins over an example."""
-    path = Path(arg)
-    if path.exists() or path.parent != Path("."):
-        return path
-    shipped = EXAMPLES_DIR / (path.name if path.suffix == ".toml" else f"{path.name}.toml")
-    if shipped.is_file():
-        return shipped
-    names = sorted(p.stem for p in EXAMPLES_DIR.glob("*.toml")) if EXAMPLES_DIR.is_dir() else []
-    raise UsageError(f"{option} {arg}: no such file, and no shipped example of that name "
-                     f"(examples: {', '.join(names) or 'none installed'})")
-
-
-def resolve_cluster(arg: str | os.PathLike) -> Path:
-    """A ``--cluster`` argument: a file, or a shipped example's name."""
-    return resolve_example(arg, "--cluster")
 
 
 def this_machine_cluster(profile: dict):

@@ -22,7 +22,7 @@ a validation of the cluster plan.
 
 
 def register(sub) -> None:
-    from scalelab.advise import example_names
+    from scalelab.paths import example_names
     from scalelab.cli import HelpFormatter
     from scalelab.cli._common import add_workload_options, bytes_arg, positive_int
 

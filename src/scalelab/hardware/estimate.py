@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scalelab import hardware
 from scalelab.hardware.fit import Bands, Fit, bands, fit, roofline_ops
 from scalelab.hardware.reference import PRECISION_MODES, reference
-from scalelab.opcount import StepOps
 from scalelab.theory.roofline import RooflineStep, roofline_step
+
+if TYPE_CHECKING:  # opcount imports torch; an estimate reads counted operations only
+    from scalelab.opcount import StepOps
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scalelab import hardware
 from scalelab.hardware.reference import RefPoint, reference
-from scalelab.opcount import StepOps
 from scalelab.theory.roofline import RooflineOp
+
+if TYPE_CHECKING:  # opcount imports torch; the fit reads counted operations only
+    from scalelab.opcount import StepOps
 
 _GRID = np.logspace(math.log10(0.005), 0.0, 121)
 _LAMBDA = 0.02

@@ -53,7 +53,7 @@ class RefPoint:
 
     def ops(self):
         """The operations of one training step of this point's workload."""
-        from scalelab.opcount import step_ops
+        from scalelab.opcache import step_ops
         from scalelab.workload import WorkloadSpec
 
         return step_ops(WorkloadSpec(self.model, input_shape=self.input_shape), self.batch)

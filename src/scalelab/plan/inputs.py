@@ -217,7 +217,8 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
     input_shape = data.get("input_shape", (3, 224, 224))
     num_classes = data.get("num_classes", 1000)
     if model is not None:
-        from scalelab.workload import WorkloadSpec, describe
+        from scalelab.opcache import describe
+        from scalelab.workload import WorkloadSpec
 
         spec = WorkloadSpec(model=str(model), input_shape=input_shape,
                             num_classes=int(num_classes))

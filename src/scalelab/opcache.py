@@ -1,0 +1,195 @@
+"""Counted once, kept on disk: a model's operations, its description, the fit.
+
+Counting a training step's operations (:func:`scalelab.opcount.step_ops`) builds the model
+and runs a step on meta tensors; describing a model (:func:`scalelab.workload.describe`)
+builds it too; the cross-device fit (:func:`scalelab.hardware.fit.fit` and its
+leave-one-out :func:`~scalelab.hardware.fit.bands`) counts the operations of every model in
+the reference table. Each takes seconds and gives the same answer for the same inputs, so
+each is computed once and kept in the per-user cache (:func:`scalelab.paths.cache_dir`):
+
+    <cache>/ops/<key>.pkl        StepOps of (model, input shape, classes, optimizer, batch)
+    <cache>/describe/<key>.pkl   WorkloadInfo of (model, input shape, classes, with FLOPs)
+    <cache>/fit/<key>.pkl        (Fit, Bands) of the packaged reference data
+
+A key is the SHA-256 of everything the value depends on: the inputs above, the torch and
+torchvision versions, :data:`FORMAT_VERSION` and the content of the source and data files
+that compute it (so a change to the counting code, the record it returns or the reference
+table is a new key, never a stale value). Values are pickled whole, whatever fields their
+classes have; an entry that cannot be read back (truncated, corrupt, from other code) is
+computed again and rewritten, never an error. Files are written atomically
+(:func:`scalelab.results.write_text_atomic`); an unwritable cache only costs the count
+next time. A model given as ``package.module:factory`` is the user's code, which can change
+under the same name: it is kept in memory for the process, not on disk.
+
+Nothing here imports torch: reading a cached value needs only the classes it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from collections.abc import Callable
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from scalelab.paths import cache_dir
+
+if TYPE_CHECKING:
+    from scalelab.hardware.fit import Bands, Fit
+    from scalelab.opcount import StepOps
+    from scalelab.workload import WorkloadInfo, WorkloadSpec
+
+FORMAT_VERSION = 1
+"""Bump when what is stored for a kind changes shape without its source files changing."""
+
+_PACKAGE = Path(__file__).resolve().parent
+# the files whose content each kind of value depends on (relative to the package)
+_SOURCES = {
+    "ops": ("opcount.py", "workload.py"),
+    "describe": ("workload.py", "opcount.py"),
+    "fit": ("opcount.py", "workload.py", "hardware", "theory"),
+}
+
+T = TypeVar("T")
+_memory: dict[tuple[str, str], Any] = {}
+
+
+@cache
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+@cache
+def source_digest(kind: str) -> str:
+    """SHA-256 of the content of the files (``.py`` and ``.toml``) ``kind`` depends on."""
+    h = hashlib.sha256()
+    for rel in _SOURCES[kind]:
+        path = _PACKAGE / rel
+        files = sorted(p for p in path.rglob("*") if p.suffix in (".py", ".toml")) \
+            if path.is_dir() else [path]
+        for f in files:
+            h.update(str(f.relative_to(_PACKAGE)).encode() + b"\0")
+            h.update(f.read_bytes() if f.is_file() else b"(missing)")
+    return h.hexdigest()
+
+
+def cache_key(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """Everything a value of ``kind`` computed from ``fields`` depends on."""
+    return {"kind": kind, "format": FORMAT_VERSION, **fields,
+            "torch": _version("torch"), "torchvision": _version("torchvision"),
+            "source": source_digest(kind)}
+
+
+def key_digest(key: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def entry_path(key: dict[str, Any]) -> Path:
+    return cache_dir() / key["kind"] / f"{key_digest(key)[:40]}.pkl"
+
+
+def _load(path: Path, key: dict[str, Any]) -> tuple[bool, Any]:
+    try:
+        record = pickle.loads(path.read_bytes())
+    except FileNotFoundError:
+        return False, None
+    except Exception:  # noqa: BLE001 - a corrupt or foreign entry is counted again
+        return False, None
+    if not isinstance(record, dict) or record.get("key") != key or "value" not in record:
+        return False, None
+    return True, record["value"]
+
+
+def _store(path: Path, key: dict[str, Any], value: Any) -> None:
+    from scalelab.errors import UsageError
+    from scalelab.results import write_text_atomic
+
+    try:
+        write_text_atomic(path, pickle.dumps({"key": key, "value": value},
+                                             protocol=pickle.HIGHEST_PROTOCOL))
+    except (OSError, UsageError, pickle.PicklingError, TypeError, AttributeError):
+        pass  # an unwritable cache (or a value that cannot be pickled) costs a recount
+
+
+def cached(kind: str, fields: dict[str, Any], compute: Callable[[], T],
+           persist: bool = True) -> T:
+    """``compute()``, or what it returned before for the same key (in this process, else on
+    disk when ``persist``)."""
+    key = cache_key(kind, fields)
+    mem = (kind, key_digest(key))
+    if mem in _memory:
+        return _memory[mem]
+    path = entry_path(key)
+    found, value = _load(path, key) if persist else (False, None)
+    if not found:
+        value = compute()
+        if persist:
+            _store(path, key, value)
+    _memory[mem] = value
+    return value
+
+
+def clear_memory() -> None:
+    """Forget the values kept in this process (the disk cache stays)."""
+    _memory.clear()
+
+
+def _spec(spec: WorkloadSpec | str) -> WorkloadSpec:
+    from scalelab.workload import WorkloadSpec
+
+    return WorkloadSpec(model=spec) if isinstance(spec, str) else spec
+
+
+def _on_disk(spec: WorkloadSpec) -> bool:
+    """Only a named (torchvision) model: a user's factory can change under its name."""
+    return ":" not in spec.model
+
+
+def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
+    """:func:`scalelab.opcount.step_ops`, counted once per (model, input shape, classes,
+    optimizer, batch, torch version) and kept on disk."""
+    spec = _spec(spec)
+
+    def count():
+        from scalelab import opcount
+
+        return opcount.step_ops(spec, batch_size)
+
+    fields = {"model": spec.model, "input_shape": list(spec.input_shape),
+              "num_classes": spec.num_classes, "optimizer": spec.optimizer,
+              "batch_size": batch_size}
+    return cached("ops", fields, count, persist=_on_disk(spec))
+
+
+def describe(spec: WorkloadSpec | str, flops: bool = True) -> WorkloadInfo:
+    """:func:`scalelab.workload.describe`, computed once per (model, input shape, classes,
+    FLOPs or not, torch version) and kept on disk."""
+    spec = _spec(spec)
+
+    def run():
+        from scalelab import workload
+
+        return workload.describe(spec, flops=flops)
+
+    fields = {"model": spec.model, "input_shape": list(spec.input_shape),
+              "num_classes": spec.num_classes, "flops": bool(flops)}
+    return cached("describe", fields, run, persist=_on_disk(spec))
+
+
+def fit_and_bands() -> tuple[Fit, Bands]:
+    """The packaged reference data's fit and its leave-one-out bands
+    (:func:`scalelab.hardware.fit.fit`, :func:`~scalelab.hardware.fit.bands`), computed once
+    per content of the reference data and the code that fits it."""
+
+    def run():
+        from scalelab.hardware import fit
+
+        return fit.fit(), fit.bands()
+
+    return cached("fit", {}, run)

@@ -1,0 +1,172 @@
+"""The on-disk cache of counted operations, model descriptions and the fit."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from scalelab import opcache, opcount, paths, workload
+from scalelab.hardware import fit as fitmod
+from scalelab.workload import WorkloadSpec
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    """An empty cache folder, nothing remembered in the process."""
+    monkeypatch.delenv("SCALELAB_CACHE", raising=False)
+    monkeypatch.setenv("SCALELAB_CACHE_DIR", str(tmp_path / "cache"))
+    opcache.clear_memory()
+    yield tmp_path / "cache"
+    opcache.clear_memory()
+
+
+@pytest.fixture()
+def counted(monkeypatch):
+    """opcount.step_ops replaced by a counter returning a value that names its inputs."""
+    calls = []
+
+    def fake(spec, batch_size):
+        calls.append((spec.model, batch_size))
+        return {"model": spec.model, "shape": spec.input_shape, "batch": batch_size,
+                "call": len(calls)}
+
+    monkeypatch.setattr(opcount, "step_ops", fake)
+    return calls
+
+
+def test_hit_avoids_recounting(cache, counted):
+    spec = WorkloadSpec("resnet50")
+    first = opcache.step_ops(spec, 64)
+    assert counted == [("resnet50", 64)]
+    opcache.clear_memory()  # a new process: only the disk remembers
+    again = opcache.step_ops(spec, 64)
+    assert counted == [("resnet50", 64)]
+    assert again == first
+    assert len(list((cache / "ops").glob("*.pkl"))) == 1
+    opcache.step_ops(spec, 32)  # another batch is another count
+    assert counted == [("resnet50", 64), ("resnet50", 32)]
+
+
+def test_key_changes_with_each_field(cache, monkeypatch):
+    base = {"model": "resnet50", "input_shape": [3, 224, 224], "num_classes": 1000,
+            "optimizer": "sgd", "batch_size": 64}
+    path = opcache.entry_path(opcache.cache_key("ops", base))
+    assert opcache.entry_path(opcache.cache_key("ops", dict(base))) == path
+    changed = {"model": "resnet18", "input_shape": [3, 64, 64], "num_classes": 10,
+               "optimizer": "adam", "batch_size": 32}
+    others = {opcache.entry_path(opcache.cache_key("ops", {**base, k: v}))
+              for k, v in changed.items()}
+    assert len(others) == len(changed) and path not in others
+    monkeypatch.setattr(opcache, "_version", lambda dist: "9.9.9")
+    assert opcache.entry_path(opcache.cache_key("ops", base)) != path
+    monkeypatch.undo()
+    monkeypatch.setattr(opcache, "FORMAT_VERSION", opcache.FORMAT_VERSION + 1)
+    assert opcache.entry_path(opcache.cache_key("ops", base)) != path
+    monkeypatch.undo()
+    monkeypatch.setattr(opcache, "source_digest", lambda kind: "edited")
+    assert opcache.entry_path(opcache.cache_key("ops", base)) != path
+
+
+def test_source_digest_follows_the_counting_code(tmp_path, monkeypatch):
+    (tmp_path / "opcount.py").write_text("A = 1\n")
+    (tmp_path / "workload.py").write_text("B = 1\n")
+    monkeypatch.setattr(opcache, "_PACKAGE", tmp_path)
+    opcache.source_digest.cache_clear()
+    try:
+        before = opcache.source_digest("ops")
+        (tmp_path / "opcount.py").write_text("A = 2\n")
+        opcache.source_digest.cache_clear()
+        assert opcache.source_digest("ops") != before
+    finally:
+        opcache.source_digest.cache_clear()
+
+
+@pytest.mark.parametrize("garbage", [b"", b"not a pickle", pickle.dumps({"key": {}}),
+                                     pickle.dumps(["a", "list"])])
+def test_corrupt_entry_is_recounted(cache, counted, garbage):
+    spec = WorkloadSpec("resnet50")
+    opcache.step_ops(spec, 64)
+    (entry,) = (cache / "ops").glob("*.pkl")
+    entry.write_bytes(garbage)
+    opcache.clear_memory()
+    value = opcache.step_ops(spec, 64)
+    assert len(counted) == 2 and value["call"] == 2
+    opcache.clear_memory()
+    assert opcache.step_ops(spec, 64) == value  # rewritten: read back, not counted
+    assert len(counted) == 2
+
+
+def test_an_unwritable_cache_still_counts(tmp_path, monkeypatch, counted):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("SCALELAB_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.delenv("SCALELAB_CACHE", raising=False)
+    opcache.clear_memory()
+    try:
+        assert opcache.step_ops(WorkloadSpec("resnet50"), 8)["batch"] == 8
+        assert opcache.step_ops(WorkloadSpec("resnet50"), 8)["call"] == 1  # memory
+    finally:
+        opcache.clear_memory()
+
+
+def test_a_users_factory_is_not_kept_on_disk(cache, counted):
+    spec = WorkloadSpec("tests.toy_models:mlp")
+    opcache.step_ops(spec, 4)
+    opcache.step_ops(spec, 4)
+    assert len(counted) == 1  # remembered in the process
+    assert not (cache / "ops").exists()
+    opcache.clear_memory()
+    opcache.step_ops(spec, 4)
+    assert len(counted) == 2
+
+
+def test_real_operations_round_trip(cache):
+    spec = WorkloadSpec("squeezenet1_0", input_shape=(3, 64, 64), num_classes=10)
+    counted = opcache.step_ops(spec, 4)
+    opcache.clear_memory()
+    read = opcache.step_ops(spec, 4)
+    assert read is not counted and read == counted
+    assert type(read) is type(opcount.step_ops(spec, 4))
+
+
+def test_describe_is_cached(cache, monkeypatch):
+    calls = []
+
+    def fake(spec, flops=True):
+        calls.append(flops)
+        return ("info", spec.model, flops)
+
+    monkeypatch.setattr(workload, "describe", fake)
+    spec = WorkloadSpec("resnet50")
+    assert opcache.describe(spec, flops=False) == ("info", "resnet50", False)
+    opcache.clear_memory()
+    assert opcache.describe(spec, flops=False) == ("info", "resnet50", False)
+    assert calls == [False]
+    opcache.describe(spec, flops=True)
+    assert calls == [False, True]
+
+
+def test_fit_and_bands_are_cached(cache, monkeypatch):
+    calls = []
+    monkeypatch.setattr(fitmod, "fit", lambda: calls.append("fit") or "F")
+    monkeypatch.setattr(fitmod, "bands", lambda: calls.append("bands") or "B")
+    assert opcache.fit_and_bands() == ("F", "B")
+    opcache.clear_memory()
+    assert opcache.fit_and_bands() == ("F", "B")
+    assert calls == ["fit", "bands"]
+    assert len(list((cache / "fit").glob("*.pkl"))) == 1
+
+
+def test_cache_dir_from_the_environment(tmp_path, monkeypatch):
+    for name in ("SCALELAB_CACHE", "SCALELAB_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert paths.cache_dir() == Path(tmp_path / "home" / ".cache" / "scalelab")
+    monkeypatch.setenv("SCALELAB_CACHE_DIR", str(tmp_path / "mine"))
+    assert paths.cache_dir() == tmp_path / "mine"
+
+
+def test_the_test_session_does_not_write_to_home():
+    assert not str(paths.cache_dir()).startswith(str(Path.home() / ".cache"))
