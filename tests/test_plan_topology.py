@@ -120,10 +120,31 @@ def test_ddp_bucket_overlap_is_derived():
     assert comm.ddp_exposed_s(0.0, 0.2, 10 * MB) == 0.0
 
 
-def test_colocated_server_count_must_fit_the_nodes():
-    with pytest.raises(UsageError, match="multiple of 4"):
-        Cluster(nodes=4, gpus_per_node=8, network="10GbE", ps=6, ps_placement="colocated")
-    Cluster(nodes=4, gpus_per_node=8, network="10GbE", ps=32, ps_placement="colocated")
+def test_colocated_servers_any_count_on_any_nodes():
+    Cluster(nodes=4, gpus_per_node=8, network="10GbE", ps=6, ps_placement="colocated")
+    Cluster(nodes=8, gpus_per_node=8, network="10GbE", ps=6, ps_placement="colocated")
+    assert topology.servers_per_node(6, 8) == (1, 1, 1, 1, 1, 1, 0, 0)
+    assert topology.servers_per_node(6, 4) == (2, 2, 1, 1)
+    assert topology.servers_per_node(3, 3) == (1, 1, 1)
+    # even chunks: a node's share is its servers over k; a node without one holds nothing
+    assert topology.colocated_node_fractions(6, 8, 1 / 6, 1 / 6) == pytest.approx((1 / 6, 0))
+    assert topology.colocated_node_fractions(6, 4, 1 / 6, 1 / 6) == \
+        pytest.approx((2 / 6, 1 / 6))
+    with pytest.raises(ValueError, match=">= 1"):
+        topology.servers_per_node(0, 4)
+
+
+def test_a_server_nodes_nic_carries_its_workers_and_its_servers_traffic():
+    # 6 servers on 8 nodes, one sender per node: push out of a node without a server is the
+    # whole S_p; a server's node receives 7 x S_p/6 from the others: the busiest direction
+    s, topo = 100 * MB, topology.PsTopology(8, 1, 1e9, colocated=True)
+    loads = {x.link: x.bytes for x in topology.ps_phase_loads(s, topo, 1 / 6, 0.0)}
+    assert loads[topology.NIC_OUT] == pytest.approx(s)
+    assert loads[topology.NIC_IN] == pytest.approx(7 * s / 6)
+    # pipelined: each NIC direction carries its pushes and the pull replies at once
+    # (1 - F) S_p + 7 F S_p, largest on the server's node: 5/6 + 7/6 = 2 S_p
+    full = {x.link: x.bytes for x in topology.ps_phase_loads(s, topo, 1 / 6, 0.0, True)}
+    assert full[topology.NIC_OUT] == pytest.approx(2 * s)
 
 
 def test_link_named_and_rated_in_one_file_is_refused(tmp_path):

@@ -15,8 +15,15 @@ from typing import Any
 from scalelab.plan.reasons import Notes
 from scalelab.plan.step import BACKWARD_SHARE
 from scalelab.plan.sweep import Sweeper, SweepRow
-from scalelab.plan.text import format_Bps, format_bytes, format_gbps, format_s, plural
-from scalelab.theory import comm, sharding, sizing
+from scalelab.plan.text import (
+    format_Bps,
+    format_bytes,
+    format_gbps,
+    format_s,
+    plural,
+    server_hosts,
+)
+from scalelab.theory import comm, sharding, sizing, topology
 from scalelab.theory import io as theory_io
 from scalelab.theory.units import Bps_to_gbps, ceil_div
 
@@ -235,10 +242,14 @@ class PsSizing:
     """dedicated | colocated."""
     link: str
     """The link the lemma was computed for."""
+    servers_per_node: tuple[int, ...] = ()
+    """Colocated: servers on each node used, node 0 first (empty when dedicated)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"gpus": self.gpus, "senders": self.senders, "num_ps_min": self.num_ps_min,
-                "num_ps": self.num_ps, "placement": self.placement, "link": self.link}
+                "num_ps": self.num_ps, "placement": self.placement, "link": self.link,
+                "servers_per_node": list(self.servers_per_node),
+                "server_nodes": [j for j, c in enumerate(self.servers_per_node) if c]}
 
 
 def batch_to_scale(st, choice: Choice, all_rows: dict[str, list[SweepRow]], max_gpus: int,
@@ -287,8 +298,9 @@ def server_reasons(st, choice: Choice, max_gpus: int, notes: Notes) -> PsSizing 
     num_ps_min, num_ps = ps_sw.servers(g)
     what_if = "" if uses_ps else f"if parameter servers on all {g} devices: "
     if st.cluster.ps_placement == "colocated":
-        _colocated_reasons(st, ps_sw, g, num_ps, what_if, notes)
-        return PsSizing(g, n_w, num_ps_min, num_ps, "colocated", "host link and node NIC")
+        per_node = _colocated_reasons(st, ps_sw, g, num_ps, what_if, notes)
+        return PsSizing(g, n_w, num_ps_min, num_ps, "colocated", "host link and node NIC",
+                        per_node)
     eff = st.params.bandwidth_efficiency
     b_ps, b_w = ps_sw.ps_Bps * eff, ps_sw.sender_Bps(g) * eff
     s, compute_s = st.work.param_bytes, st.work.compute_s
@@ -319,24 +331,36 @@ def server_reasons(st, choice: Choice, max_gpus: int, notes: Notes) -> PsSizing 
 
 
 def _colocated_reasons(st, ps_sw: Sweeper, g: int, num_ps: int, what_if: str,
-                       notes: Notes) -> None:
+                       notes: Notes) -> tuple[int, ...]:
+    """Where colocated servers run and what each link carries; returns servers per node."""
     nodes = ceil_div(g, st.cluster.gpus_per_node)
-    where = ("on the host CPU" if nodes == 1 else f"on the CPUs of the {nodes} nodes")
-    per = num_ps // nodes
-    each = "one per node" if per == 1 else (
-        "one per GPU" if per == st.cluster.gpus_per_node else f"{per} per node")
+    per_node = topology.servers_per_node(num_ps, nodes)
+    where = ("on the host CPU" if nodes == 1 else
+             f"on the CPUs of {plural(sum(1 for c in per_node if c), 'node')} of {nodes}: "
+             f"{server_hosts(per_node)}")
     host_Bps = ps_sw.host_Bps * st.params.bandwidth_efficiency
     host_name = st.cluster.host_link_Bps()[1]
+    carries = ""
+    if nodes > 1:
+        bal = sharding.cached_balance(st.work.tensor_bytes, float(st.work.param_bytes),
+                                      num_ps, st.cluster.ps_partition)
+        f_max, f_min = topology.colocated_node_fractions(num_ps, nodes, bal.largest_fraction,
+                                                         bal.smallest_fraction)
+        carries = (f"; a node's NIC carries its own GPUs' pushes to the other nodes' servers "
+                   f"(1 - F of S_p, F its servers' share) and, on a node hosting a server, "
+                   f"the other nodes' pushes to it (F S_p from each) on the same NIC: shares "
+                   f"from {f_min:.1%} to {f_max:.1%}, the busiest NIC sets the exchange")
     notes.why("servers",
-              f"{what_if}num_ps {num_ps}: servers {where}, {each}; a GPU reaches its own node's "
+              f"{what_if}num_ps {num_ps}: servers {where}; a GPU reaches its own node's "
               f"server over its host link ({host_name}, {format_Bps(host_Bps)}), other nodes' "
-              "servers over the node's NIC")
+              f"servers over the node's NIC{carries}")
     need = sizing.worker_bandwidth_needed_Bps(st.work.param_bytes, st.work.compute_s)
     shared = min(st.cluster.host_link_sharing()[0], g)
     if need * shared > host_Bps:
         notes.why("servers", f"{what_if}host link too slow to hide the exchange: 2 S_p/T_C = "
                   f"{format_Bps(need)} per GPU x {shared} sharing it, has {format_Bps(host_Bps)}")
     _whole_tensor_note(st, num_ps, notes)
+    return per_node
 
 
 def _whole_tensor_note(st, num_ps: int, notes: Notes) -> None:

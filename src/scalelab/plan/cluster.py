@@ -47,7 +47,8 @@ class Cluster:
     ps: str | int = "auto"
     """Parameter servers: 'auto' or a count."""
     ps_placement: str = "dedicated"
-    """dedicated machines, or colocated on the nodes' CPUs (one per node by default)."""
+    """dedicated machines, or colocated on the nodes' CPUs: any count, ``floor(ps/nodes)`` on
+    every node and one more on the first ``ps mod nodes`` (one per node by default)."""
     ps_network: str | None = None
     """Dedicated servers' NIC (catalog name; default: the workers')."""
     ps_network_gbps: float | None = None
@@ -182,13 +183,6 @@ class Cluster:
                              f"({', '.join(hardware.PRECISIONS)})")
         if not self.ddp_bucket_mb > 0:
             raise UsageError(f"ddp_bucket_mb must be > 0, got {self.ddp_bucket_mb}")
-        if self.ps_placement == "colocated" and self.ps != "auto":
-            ps = int(self.ps)
-            if ps % self.nodes:
-                raise UsageError(
-                    f"ps {ps} with colocated servers: they run on the nodes' CPUs, one per node "
-                    f"({self.nodes}) or the same number on each (a multiple of {self.nodes}, "
-                    f"e.g. {self.nodes * self.gpus_per_node} for one per GPU)")
 
     def nic_sharing(self) -> tuple[int, str]:
         """(devices per NIC, where that comes from)."""

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import scalelab.plan.advice as advice
+from scalelab.algorithm_names import run_name
 from scalelab.errors import UsageError
 from scalelab.plan.cluster import Cluster
 from scalelab.plan.compute import memory_check, target_compute
@@ -34,8 +35,9 @@ from scalelab.plan.options import PlanOptions
 from scalelab.plan.reasons import Notes, Reason
 from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
 from scalelab.plan.sweep import SweepRow, device_counts, sweep_architecture
-from scalelab.plan.text import format_s
+from scalelab.plan.text import format_s, server_hosts
 from scalelab.theory import io as theory_io
+from scalelab.theory import topology
 from scalelab.theory.band import ErrorBand, combine, relative_band
 
 LARGE_BATCH = 8192
@@ -71,6 +73,8 @@ class Recommendation:
     """Predicted efficiency at ``gpus``."""
     cost_per_1k_samples: float | None = None
     """Price of 1,000 samples at ``gpus``, when the cluster has a price."""
+    servers_per_node: tuple[int, ...] = ()
+    """Colocated servers on each node used, node 0 first (empty: none, or dedicated)."""
     cheapest: dict[str, Any] | None = None
     """The cheapest configuration meeting the target, when priced."""
     alternatives: tuple[advice.Alternative, ...] = ()
@@ -253,6 +257,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     ps = advice.server_reasons(st, choice, max_gpus, notes)
     uses_ps = ps is not None and ps.gpus == choice.row.gpus and choice.architecture == "ps"
     num_ps_min, num_ps = (ps.num_ps_min, ps.num_ps) if uses_ps else (0, 0)
+    hosts = ps.servers_per_node if uses_ps else ()
     need_gbps, intra_gbps = advice.bandwidth_reasons(st, choice.architecture, max_gpus, notes)
     advice.loader_reasons(st, max_gpus, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
@@ -263,16 +268,18 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     small = _too_small(st)
     if small:
         notes.warn("compute", small)
+    algorithm = advice.target_algorithm(st)
     rec = Recommendation(
-        batch_size=st.batch, algorithm=advice.target_algorithm(st),
+        batch_size=st.batch, algorithm=algorithm,
         architecture=choice.architecture,
         gpus=row.gpus, num_ps=num_ps, num_ps_min=num_ps_min, network_gbps_needed=need_gbps,
         loader_workers=st.loaders_needed, reasons=tuple(notes.reasons),
         intra_node_gbps_needed=intra_gbps, samples_per_s=row.samples_per_s,
         efficiency=row.efficiency, cost_per_1k_samples=row.cost_per_1k_samples,
-        cheapest=cheapest, alternatives=alts, too_small=small,
+        cheapest=cheapest, alternatives=alts, too_small=small, servers_per_node=hosts,
         samples_per_s_low=row.samples_per_s_low, samples_per_s_high=row.samples_per_s_high,
-        launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch),
+        launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch,
+                              hosts, algorithm),
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
                 tc.estimate, st.params, ps, band)
@@ -316,13 +323,19 @@ def _too_small(st: _Setting) -> str | None:
 
 
 def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: int,
-                   num_ps: int, batch: int) -> str:
-    """torchrun + ``scalelab run`` for the recommendation, as node 0 would type it."""
+                   num_ps: int, batch: int, servers_per_node: tuple[int, ...] = (),
+                   algorithm: str | None = None) -> str:
+    """torchrun + ``scalelab run`` for the recommendation, as node 0 would type it; with
+    colocated servers, which nodes host them; with a computation configuration other than
+    PyTorch's defaults, ``--algorithm`` so that the run trains in it."""
     model = inp.model or "MODEL"
     nodes = -(-gpus // cluster.gpus_per_node)
     per_node = min(gpus, cluster.gpus_per_node)
     shape = ",".join(str(x) for x in inp.input_shape)
     args = f"--batch-size {batch} --input-shape {shape} --num-classes {inp.num_classes}"
+    run_algorithm = run_name(algorithm)
+    if run_algorithm:
+        args += f" --algorithm {run_algorithm}"
     if gpus == 1:
         return f"scalelab run {model} --workers 1 {args}"
     if architecture != "ps":
@@ -330,9 +343,14 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
                 f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
                 f"--workers {gpus} --architecture allreduce {args} --launcher torchrun")
     colocate = cluster.ps_placement == "colocated"
-    procs = per_node + (num_ps // max(1, nodes) if colocate else 0)
-    tail = "--colocate " if colocate else ""
-    where = "" if colocate else f" (and the {num_ps} servers' ranks on their own machines)"
-    return (f"torchrun --nnodes {nodes if colocate else nodes + 1} --nproc-per-node {procs} "
+    if colocate:
+        hosts = servers_per_node or topology.servers_per_node(num_ps, nodes)
+        return (f"torchrun --nnodes {nodes} --nproc-per-node {per_node + hosts[0]} "
+                f"--node-rank 0 --master-addr HOST0 --master-port 29500 -m scalelab run "
+                f"{model} --workers {gpus} --ps {num_ps} --ps-placement colocated {args} "
+                f"--launcher torchrun (servers on the nodes' CPUs: {server_hosts(hosts)}; "
+                "node j starts its GPUs' workers plus its servers)")
+    return (f"torchrun --nnodes {nodes + 1} --nproc-per-node {per_node} "
             f"--node-rank 0 --master-addr HOST0 --master-port 29500 -m scalelab run {model} "
-            f"--workers {gpus} --ps {num_ps} {tail}{args} --launcher torchrun" + where)
+            f"--workers {gpus} --ps {num_ps} {args} --launcher torchrun"
+            f" (and the {num_ps} servers' ranks on their own machines)")

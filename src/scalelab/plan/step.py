@@ -248,9 +248,8 @@ def _ps(work: StepWorkload, st: StepSetup, params: ModelParams, nic: float,
         raise UsageError(str(e)) from None
     f_max, f_min = bal.largest_fraction, bal.smallest_fraction
     eff = params.bandwidth_efficiency
-    if st.colocated:
-        per = used / st.nodes  # servers on each machine
-        f_max, f_min = min(1.0, per * f_max), (min(per * f_min, 1.0) if used >= st.nodes else 0.0)
+    if st.colocated:  # a node's share: the sum of its servers' (any count on any nodes)
+        f_max, f_min = topology.colocated_node_fractions(used, st.nodes, f_max, f_min)
     server_Bps = None
     if not st.colocated:
         server_Bps = nic if st.ps_bandwidth_Bps is None else st.ps_bandwidth_Bps * eff

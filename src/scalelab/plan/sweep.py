@@ -156,7 +156,7 @@ class Sweeper:
         nodes = ceil_div(gpus, self.cluster.gpus_per_node)
         if self.colocated:
             ps = self.cluster.ps
-            return nodes, (nodes if ps == "auto" else int(ps) // self.cluster.nodes * nodes)
+            return nodes, (nodes if ps == "auto" else int(ps))
         minimum = sizing.ps_servers_needed(s, n_w, b_ps, t_c)
         if self.cluster.ps != "auto":
             return minimum, int(self.cluster.ps)

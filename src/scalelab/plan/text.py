@@ -49,3 +49,27 @@ def format_Bps(bandwidth_Bps: float) -> str:
 def plural(n: int, word: str) -> str:
     """``1 device``, ``8 devices``."""
     return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def _node_range(first: int, last: int) -> str:
+    return f"node {first}" if first == last else f"nodes {first}-{last}"
+
+
+def server_hosts(per_node: tuple[int, ...]) -> str:
+    """Where colocated servers run, from their count on each node: ``one on every node``,
+    ``one each on nodes 0-5, none on nodes 6-7``, ``2 each on nodes 0-3, 1 each on 4-7``."""
+    if len(set(per_node)) == 1:
+        c = per_node[0]
+        return ("one on the node" if len(per_node) == 1 and c == 1 else
+                f"{c} on the node" if len(per_node) == 1 else
+                "one on every node" if c == 1 else f"{c} on every node")
+    parts, start = [], 0
+    for j in range(1, len(per_node) + 1):
+        if j == len(per_node) or per_node[j] != per_node[start]:
+            c = per_node[start]
+            word = "none on" if c == 0 else ("one each on" if c == 1 else f"{c} each on")
+            if c and start == j - 1:
+                word = "one on" if c == 1 else f"{c} on"
+            parts.append(f"{word} {_node_range(start, j - 1)}")
+            start = j
+    return ", ".join(parts)

@@ -15,6 +15,11 @@ Servers hold fractions ``f_k`` of the parameters. Colocated servers run on the n
 (TensorFlow's ``local_parameter_device=cpu``, BytePS's local server): node ``j`` holds
 ``F_j`` of the parameters (the sum of its servers' fractions). A sender's bytes for its own
 node's server cross only its host link; bytes for other nodes cross its node's NIC.
+Any number ``k`` of servers can be colocated on ``n`` nodes (:func:`servers_per_node`):
+``floor(k/n)`` on every node and one more on the first ``k mod n``, so with ``k < n`` the
+first ``k`` nodes host one each and the others none (``F_j = 0``). A node that hosts a
+server carries its own senders' traffic and its server's on the same NIC; the busiest NIC
+(the largest ``F_j`` inbound, the smallest outbound) sets the phase.
 
 Per phase (push; pull is the mirror image), per direction, on the busiest instance:
 
@@ -28,7 +33,8 @@ A phase lasts as long as its busiest link (``bytes / bandwidth``) plus one messa
 (the phase's messages are in flight together). Push-then-pull runs the two phases one after
 the other: ``T = 2 x phase``. Pipelined (full-duplex) runs them at once in opposite
 directions, so each direction of a NIC carries its push traffic plus its pull replies:
-colocated ``s S_p (1 - F_max) + (N_w - s) S_p F_max`` out; ``T = phase``.
+colocated ``s S_p (1 - F_j) + (N_w - s) S_p F_j`` out of node ``j``, largest at ``F_max``
+or ``F_min`` (it is linear in ``F_j``); ``T = phase``.
 
 With one device per node (``g = 1``, an unshared link) these reduce to
 :func:`scalelab.theory.comm.ps_exchange`'s forms; with one node and colocated servers no
@@ -120,7 +126,8 @@ def ps_phase_loads(param_bytes: float, topo: PsTopology, largest_fraction: float
             out = s * s_p * (1.0 - smallest_fraction)
             inbound = (n_w - s) * s_p * largest_fraction
             if full_duplex:
-                out = max(out, s * s_p * (1.0 - largest_fraction) + inbound)
+                out = max(s * s_p * (1.0 - f) + (n_w - s) * s_p * f
+                          for f in (smallest_fraction, largest_fraction))
             loads.append(LinkLoad(NIC_OUT, out, topo.node_nic_Bps))
             loads.append(LinkLoad(NIC_IN, inbound, topo.node_nic_Bps))
     else:
@@ -173,3 +180,26 @@ def nics_per_node(gpus_per_node: int, gpus_per_nic: int) -> int:
         raise ValueError(f"devices per node and per NIC must be >= 1, got {gpus_per_node}, "
                          f"{gpus_per_nic}")
     return -(-gpus_per_node // gpus_per_nic)
+
+
+def servers_per_node(num_ps: int, nodes: int) -> tuple[int, ...]:
+    """Where ``num_ps`` colocated servers run on ``nodes`` nodes: ``floor(k/n)`` on every
+    node and one more on the first ``k mod n`` (6 on 8: one each on nodes 0-5; 12 on 8: two
+    on nodes 0-3, one on 4-7). Shards stay balanced across the servers, so a node's share of
+    the parameters is its count over ``k``."""
+    if num_ps < 1 or nodes < 1:
+        raise ValueError(f"servers and nodes must be >= 1, got {num_ps}, {nodes}")
+    base, extra = divmod(num_ps, nodes)
+    return tuple(base + (1 if j < extra else 0) for j in range(nodes))
+
+
+def colocated_node_fractions(num_ps: int, nodes: int, largest_fraction: float,
+                             smallest_fraction: float) -> tuple[float, float]:
+    """``(F_max, F_min)``: the largest and smallest share of the parameters one node's
+    servers hold, from the servers' largest and smallest shard ``f_max``, ``f_min``.
+
+    The busiest node hosts ``c_max = ceil(k/n)`` servers, the idlest ``c_min = floor(k/n)``
+    (0 when ``k < n``): ``F_max = min(1, c_max f_max)`` and ``F_min = c_min f_min`` (exact
+    for even chunks, where every ``f`` is ``1/k``; bounds for whole tensors)."""
+    per = servers_per_node(num_ps, nodes)
+    return min(1.0, max(per) * largest_fraction), min(per) * smallest_fraction
