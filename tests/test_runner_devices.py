@@ -99,26 +99,55 @@ def test_cli_rejects_an_unknown_device():
     assert e.value.code == 2
 
 
-def test_a_gpu_rank_synchronizes_the_device_at_every_phase_boundary(monkeypatch):
+def test_a_gpu_rank_times_with_events_and_reads_each_step_one_step_later(monkeypatch):
+    """No synchronization to time a step: an event at every phase boundary on the stream,
+    and step s read (its last event waited for) only once step s+1 has been queued."""
     from scalelab.runner import entry
     from scalelab.runner.timers import maybe_phase
 
     calls = []
+    clock = [0.0]
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: calls.append("sync"))
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.t = None
+
+        def record(self, stream=None):
+            clock[0] += 1.0
+            self.t = clock[0]
+            calls.append("mark")
+
+        def synchronize(self):
+            calls.append("wait")
+
+        def elapsed_time(self, end):  # milliseconds, as CUDA's
+            return (end.t - self.t) * 1e3
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
 
     def body(step, timer):
         with maybe_phase(timer, "compute_s"):
-            calls.append("compute")
+            calls.append(f"compute{step}")
         with maybe_phase(timer, "push_s"):
-            calls.append("push")
-        return {}
+            calls.append(f"push{step}")
+        return {"loss": torch.tensor(float(step))}
 
     log = entry.RankLog(None, {})
-    c = cfg(workers=1, ps=1, steps=1)
+    c = cfg(workers=1, ps=1, steps=2)
     entry._steps(c, 0, body, log, RankDevice("cuda:0", "gloo", 0))
-    # start, compute in/out, push in/out, end: the device is idle at every clock read
-    assert calls == ["sync", "sync", "compute", "sync", "sync", "push", "sync", "sync"]
+    assert "sync" not in calls
+    # step 0: start, compute in/out, push in/out, stop; step 1 starts where step 0 stopped
+    assert calls[:6] == ["mark", "mark", "compute0", "mark", "mark", "push0"]
+    assert calls.index("wait") > calls.index("push1")  # step 0 read after step 1 queued
+    assert [r["step"] for r in log.records] == [0, 1]
+    r0, r1 = log.records
+    assert r0["compute_s"] == pytest.approx(1.0) and r0["push_s"] == pytest.approx(1.0)
+    assert r0["step_s"] == pytest.approx(5.0)  # 6 marks: start .. stop
+    assert r1["step_s"] == pytest.approx(5.0)  # from step 0's stop to its own
+    assert r1["loss"] == 1.0 and isinstance(r1["loss"], float)
     calls.clear()
-    entry._steps(c, 0, body, log, RankDevice("cpu", "gloo"))
-    assert calls == ["compute", "push"]
+    entry._steps(cfg(workers=1, ps=1, steps=1), 0, body, log, RankDevice("cpu", "gloo"))
+    assert calls == ["compute0", "push0"]
     assert {"compute_s", "push_s", "step_s"} <= set(log.records[-1])

@@ -65,3 +65,30 @@ class _Faulty(nn.Module):
 
 def faulty(num_classes: int = 3) -> nn.Module:
     return _Faulty(num_classes)
+
+
+class _Probe(nn.Module):
+    """A small convnet that writes, per forward, what its first convolution saw: the input's
+    memory format and the dtype the convolution computed in (``TOY_PROBE_DIR``, one file per
+    rank process)."""
+
+    def __init__(self, num_classes: int):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Sequential(nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, num_classes))
+        self.dir = os.environ.get("TOY_PROBE_DIR") if "RANK" in os.environ else None
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.dir:
+            cl = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+            wcl = self.conv.weight.is_contiguous(memory_format=torch.channels_last) \
+                and not self.conv.weight.is_contiguous()
+            with open(os.path.join(self.dir, f"rank{os.environ['RANK']}.txt"), "a") as f:
+                f.write(f"{'channels_last' if cl else 'contiguous'} "
+                        f"{'channels_last' if wcl else 'contiguous'} {y.dtype}\n")
+        return self.head(y.float())
+
+
+def probe(num_classes: int = 3) -> nn.Module:
+    return _Probe(num_classes)

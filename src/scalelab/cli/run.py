@@ -14,6 +14,7 @@ EPILOG = """examples:
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture fsdp --zero 2
   scalelab run resnet50 --workers 1 --ps 1 --batch-size 32 --device cuda
+  scalelab run resnet50 --workers 2 --architecture allreduce --algorithm channels_last+bf16_autocast
   scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --data imgs --loader-workers 3
   scalelab run resnet18 --workers 2 --ps 1 --checkpoint-dir ckpt --checkpoint-every 10 --resume
@@ -74,6 +75,11 @@ def register(subparsers) -> None:
                    "all-reduce runs NCCL with one GPU per rank; parameter-server workers "
                    "take GPU k mod count and exchange through pinned host memory with "
                    "servers on the CPU over Gloo")
+    p.add_argument("--algorithm", default="default", metavar="NAME",
+                   help="computation configuration every worker trains in, as the profile and "
+                   "the plan name it: default, or options joined with + from channels_last, "
+                   "bf16_autocast, fp16_autocast (all-reduce), cudnn_benchmark, tf32, "
+                   "fp32_strict (e.g. channels_last+bf16_autocast)")
     p.add_argument("--launcher", choices=["local", "torchrun"], default="local")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch threads per worker (default: cores / workers)")
@@ -104,7 +110,7 @@ def config_from_args(args):
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, seed=args.seed, data=args.data,
         loader_workers=args.loader_workers, launcher=args.launcher,
-        threads=args.threads, device=args.device)
+        threads=args.threads, device=args.device, algorithm=args.algorithm)
 
 
 def _fmt(v, scale=1e3, unit="ms"):

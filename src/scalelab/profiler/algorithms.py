@@ -28,10 +28,9 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from scalelab.algorithm_names import OPTIONS
 from scalelab.errors import UsageError
 
-OPTIONS = ("channels_last", "bf16_autocast", "fp16_autocast", "cudnn_benchmark", "tf32",
-           "fp32_strict")
 CPU_CANDIDATES = ("default", "channels_last", "bf16_autocast", "channels_last+bf16_autocast")
 CUDA_CANDIDATES = (
     "default", "fp32_strict", "cudnn_benchmark", "tf32", "cudnn_benchmark+tf32",

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from scalelab.runner import checkpoint
+from scalelab.runner.compute import Computation
 from scalelab.runner.timers import StepTimer, maybe_phase
 from scalelab.workload import logits_of
 
@@ -27,13 +28,15 @@ class DDPWorker:
                  device: torch.device | str = "cpu"):
         self.cfg, self.k, self.shards, self.identity = cfg, index, shards, identity
         self.device = torch.device(device)
-        self.module = model.to(self.device)
+        self.comp = Computation(cfg.algorithm, self.device)
+        self.module = self.comp.model(model.to(self.device))
         if self.device.type == "cuda":
             self.ddp = DistributedDataParallel(self.module, device_ids=[self.device.index])
         else:
             self.ddp = DistributedDataParallel(self.module)
         self.opt = cfg.workload.make_optimizer(self.ddp.parameters())
         self.loss_fn = cfg.workload.loss_fn()
+        self.scaler = self.comp.scaler()
         params = [p for p in model.parameters() if p.requires_grad]
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
 
@@ -53,25 +56,40 @@ class DDPWorker:
             return 0
         self.module.load_state_dict(data["model"])
         self.opt.load_state_dict(data["optimizer"])
+        if self.scaler is not None and data.get("scaler"):
+            self.scaler.load_state_dict(data["scaler"])
         return int(data["step"])
 
     def save(self, step: int) -> None:
         checkpoint.save(self.cfg.checkpoint_dir, "ddp", step, {
             "identity": self.identity, "step": step,
-            "model": self.module.state_dict(), "optimizer": self.opt.state_dict()})
+            "model": self.module.state_dict(), "optimizer": self.opt.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None})
 
     def step(self, step: int, timer: StepTimer | None) -> dict:
         with maybe_phase(timer, "data_s"):
-            x, y = self.shards.shard(step, self.k)
-            x = x.to(self.device, non_blocking=True)
+            x, y = self.shards.shard(step, self.k)  # on the device already (open_shards)
+            x = self.comp.batch(x.to(self.device, non_blocking=True))
             y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad(set_to_none=True)
         with maybe_phase(timer, "compute_s"):
-            loss = self.loss_fn(logits_of(self.ddp(x)), y)
-            loss.backward()
+            with self.comp.autocast():
+                loss = self.loss_fn(logits_of(self.ddp(x)), y)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+            else:
+                loss.backward()
         with maybe_phase(timer, "apply_s"):
-            self.opt.step()
-        return {"loss": float(loss.detach()), "bytes_reduced": self.param_bytes}
+            if self.scaler is not None:
+                self.scaler.step(self.opt)
+                self.scaler.update()
+            else:
+                self.opt.step()
+        ahead = getattr(self.shards, "prefetch", None)  # a GPU's next batch, copied meanwhile
+        if ahead is not None:
+            ahead(step + 1)
+        # the loss stays a tensor: reading it here would wait for the device every step
+        return {"loss": loss.detach(), "bytes_reduced": self.param_bytes}
 
     @property
     def params(self) -> list[torch.Tensor]:

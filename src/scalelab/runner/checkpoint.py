@@ -36,6 +36,8 @@ def identity(cfg, model) -> dict:
     }
     if cfg.architecture == "ps":
         d["layout"] = [cfg.ps, cfg.partition, cfg.piece_bytes or 0]
+        if "channels_last" in cfg.algorithm.split("+"):  # pieces cover NHWC memory order
+            d["memory_format"] = "channels_last"
     if cfg.architecture == "fsdp":  # ZeRO-1's optimizer shards are placed per rank
         d["layout"] = [cfg.shard_level, cfg.workers if cfg.shard_level == 1 else 0]
     return d

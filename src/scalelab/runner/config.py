@@ -36,6 +36,18 @@ FSDP_EXCHANGE = {
 }
 
 
+def _check_algorithm(cfg) -> None:
+    """The computation configuration must parse and make sense for the run."""
+    from scalelab.profiler.algorithms import parse
+
+    opts = parse(cfg.algorithm)  # UsageError for an unknown option or a contradiction
+    if "fp16_autocast" in opts and cfg.architecture == "ps":
+        raise UsageError(
+            f"--algorithm {cfg.algorithm}: fp16 trains through loss scaling, which needs the "
+            "optimizer beside the gradients; parameter servers apply the workers' gradients "
+            "(use bf16_autocast, or --architecture allreduce)")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines one distributed training run."""
@@ -65,6 +77,8 @@ class RunConfig:
     stage_host: bool | None = None  # PS workers stage the exchange through host buffers;
     # None: when the device is cuda (True on the CPU runs the same staging code, for tests)
     final_params_path: str | None = None
+    algorithm: str = "default"  # the profile's computation configuration, e.g.
+    # "channels_last+bf16_autocast" (scalelab.profiler.algorithms): what every worker trains in
     shard_level: int = 3  # --architecture fsdp: ZeRO level (1, 2, 3)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +144,7 @@ class RunConfig:
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be >= 1, got {self.threads}")
         object.__setattr__(self, "device", check_device(self.device or default_device()))
+        _check_algorithm(self)
         if self.stage_host is None:
             object.__setattr__(self, "stage_host", self.device == "cuda")
         if self.device == "cuda" and not self.stage_host and self.architecture == "ps":

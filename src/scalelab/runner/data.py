@@ -5,7 +5,8 @@ worker k gets samples ``[k*b, (k+1)*b)`` of it. One process training at batch W*
 :func:`global_batch` sees exactly the union of what the W workers saw, which is what the
 runner's correctness tests compare against.
 
-- synthetic: worker k's shard of step s is ``spec.synthetic_batch(b, seed=mix(seed, s, k))``.
+- synthetic: worker k's shard of step s is drawn from a generator seeded with
+  ``mix(seed, s, k)`` on the worker's device (:class:`SyntheticShards`).
 - image folder (``--data PATH``, torchvision ``ImageFolder`` layout ``PATH/<class>/<image>``):
   a permutation of the images drawn from ``seed`` each epoch; the global batch of step s is
   positions ``[s*W*b, (s+1)*W*b)`` of the concatenated epochs. ``shard`` decodes in the
@@ -33,11 +34,29 @@ def mix(*values: int) -> int:
 
 
 class SyntheticShards:
-    def __init__(self, spec: WorkloadSpec, seed: int, workers: int, batch_size: int):
+    """Random batches made where they are used: on the worker's device, from a generator of
+    that device seeded with ``mix(seed, step, worker)``.
+
+    On a GPU that is two kernels and no host work or copy, so the step does not wait for its
+    data; every process on the same kind of device draws the same numbers for the same
+    (seed, step, worker), so parameter servers, DDP and one process agree as on the CPU (a
+    GPU's generator draws other numbers than the CPU's: runs agree within a device type).
+    """
+
+    def __init__(self, spec: WorkloadSpec, seed: int, workers: int, batch_size: int,
+                 device: str | torch.device = "cpu"):
         self.spec, self.seed, self.workers, self.batch_size = spec, seed, workers, batch_size
+        self.device = torch.device(device)
 
     def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker))
+        if self.device.type == "cpu":
+            return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker))
+        g = torch.Generator(device=self.device).manual_seed(mix(self.seed, step, worker))
+        x = torch.randn((self.batch_size, *self.spec.input_shape), generator=g,
+                        device=self.device)
+        y = torch.randint(0, self.spec.num_classes, (self.batch_size,), generator=g,
+                          device=self.device)
+        return x, y
 
 
 class EpochOrder:
@@ -89,9 +108,11 @@ class ImageFolderShards:
         return tuple(default_collate([self.dataset[i] for i in self.indices(step, worker)]))
 
 
-def make_shards(spec: WorkloadSpec, data: str | None, seed: int, workers: int, batch_size: int):
+def make_shards(spec: WorkloadSpec, data: str | None, seed: int, workers: int, batch_size: int,
+                device: str | torch.device = "cpu"):
+    """Shards of the run's data; synthetic batches are made on ``device``."""
     if data in (None, "", "synthetic"):
-        return SyntheticShards(spec, seed, workers, batch_size)
+        return SyntheticShards(spec, seed, workers, batch_size, device)
     return ImageFolderShards(spec, data, seed, workers, batch_size)
 
 

@@ -29,7 +29,7 @@ from scalelab.runner.comm import CommError
 from scalelab.runner.config import RunConfig
 from scalelab.runner.loader import open_shards
 from scalelab.runner.partition import make_layout
-from scalelab.runner.timers import StepTimer
+from scalelab.runner.timers import HOST_CLOCK, DeviceClock, StepTimer
 
 
 class RankLog:
@@ -122,12 +122,15 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
             model.to(place.device)
         ident = checkpoint.identity(cfg, model)
         summary: dict = {}
-        if cfg.architecture == "allreduce":
-            summary = _run_ddp(cfg, k, model, ident, log, place)
-        elif cfg.architecture == "fsdp":
-            summary = _run_fsdp(cfg, k, model, ident, log, place)
-        else:
-            summary = _run_ps(cfg, role, k, model, ident, log, place)
+        from scalelab.runner.compute import Computation
+
+        with Computation(cfg.algorithm, place.device).flags():  # cuDNN benchmark, TF32
+            if cfg.architecture == "allreduce":
+                summary = _run_ddp(cfg, k, model, ident, log, place)
+            elif cfg.architecture == "fsdp":
+                summary = _run_fsdp(cfg, k, model, ident, log, place)
+            else:
+                summary = _run_ps(cfg, role, k, model, ident, log, place)
         gathered = [None] * world_size
         dist.gather_object({"rank": rank, "role": role, "index": k, "records": log.records,
                             "summary": summary}, gathered if rank == 0 else None, dst=0)
@@ -147,21 +150,52 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
         dist.destroy_process_group()
 
 
+def clock_for(place):
+    """The step clock of a rank: CUDA events on a GPU worker, the host's clock otherwise."""
+    if place is not None and place.is_cuda:
+        return DeviceClock(torch.cuda.Event)
+    return HOST_CLOCK
+
+
+def _plain(extra: dict) -> dict:
+    """A step's extra fields as plain numbers (a loss tensor is read here, not in the step)."""
+    return {k: (float(v) if isinstance(v, torch.Tensor) else v) for k, v in extra.items()}
+
+
 def _steps(cfg, start: int, body, log, place=None):
-    # on a GPU every clock read waits for the device, so phases end when their kernels do
-    sync = torch.cuda.synchronize if place is not None and place.is_cuda else None
+    """Run steps ``start..cfg.steps-1``, one :class:`StepTimer` each, and log them.
+
+    On a device clock a step is read (its events, its loss) only once the next step has been
+    queued, so the host never waits for the device to drain: the only waits are those the
+    training itself has. The last step is read after the loop.
+    """
+    clock = clock_for(place)
+    pending = None
+    prev = None
     for step in range(start, cfg.steps):
-        timer = StepTimer(sync=sync)
+        timer = StepTimer(clock=clock, after=prev)
         timer.start_step()
         extra = body(step, timer)
-        rec = timer.end_step()
-        log.step({**rec, **extra, "step": step, "of": cfg.steps})
+        timer.stop()
+        if clock.deferred:
+            if pending is not None:
+                _log_step(log, cfg, *pending)
+            pending = (timer, extra, step)
+        else:
+            _log_step(log, cfg, timer, extra, step)
+        prev = timer
+    if pending is not None:
+        _log_step(log, cfg, *pending)
+
+
+def _log_step(log, cfg, timer, extra, step) -> None:
+    log.step({**timer.record(), **_plain(extra), "step": step, "of": cfg.steps})
 
 
 def _run_ddp(cfg, k, model, ident, log, place) -> dict:
     from scalelab.runner.allreduce import DDPWorker
 
-    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+    with open_shards(cfg, k, device=place.device) as shards:
         w = DDPWorker(cfg, k, model, shards, ident, place.device)
         start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
 
@@ -182,13 +216,11 @@ def _run_ddp(cfg, k, model, ident, log, place) -> dict:
 
 def _run_fsdp(cfg, k, model, ident, log, place) -> dict:
     """Sharded data parallelism (:mod:`scalelab.runner.fsdp`), stepped as DDP is."""
-    from scalelab.profiler.memory import peak_memory_bytes, reset_peak_memory
     from scalelab.runner.fsdp import FSDPWorker
 
-    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+    with open_shards(cfg, k, device=place.device) as shards:
         w = FSDPWorker(cfg, k, model, shards, ident, place.device)
         start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
-        reset_peak_memory(place.device)
 
         def body(step, timer):
             out = w.step(step, timer)
@@ -199,7 +231,7 @@ def _run_fsdp(cfg, k, model, ident, log, place) -> dict:
         _steps(cfg, start, body, log, place)
     summary = {"resumed_from_step": start, "param_bytes": w.param_bytes,
                "shard_level": cfg.shard_level, "model_state": w.model_state_bytes(),
-               "peak_memory_bytes": peak_memory_bytes(place.device),
+               "memory": w.memory_summary(),
                "unit_numels": w.unit_numels}
     full = w.named_full_params()  # a collective: every rank takes part
     if k == 0:
@@ -228,7 +260,10 @@ def _save_params(cfg, model) -> None:
 
 def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
     from scalelab.runner import ps
+    from scalelab.runner.compute import Computation
 
+    # servers hold the model in the workers' memory format: a piece is the same elements
+    model = Computation(cfg.algorithm, place.device if role == "worker" else "cpu").model(model)
     params = ps.trainable(model)
     elem = params[0].element_size()
     piece_elems = None
@@ -255,7 +290,7 @@ def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
 
         _steps(cfg, start, body, log)
         return {"shard_bytes": server.shard_bytes}
-    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+    with open_shards(cfg, k, device=place.device) as shards:
         worker = ps.Worker(cfg, k, model, layout, shards, log, place.device)
         worker.initial_pull()
         _steps(cfg, start, worker.step, log, place)

@@ -98,14 +98,73 @@ class LoaderShards:
         self.close()
 
 
+class DeviceBatches:
+    """A host source's batches on a GPU: pinned host tensors copied on a side stream.
+
+    ``shard(s)`` hands out batch s on the device: taken from :meth:`prefetch` if the worker
+    asked for it ahead (after queuing the previous step's compute, so the host's wait for the
+    loaders overlaps the device's work), else fetched and copied now. The compute stream waits
+    for the copy's event, not the host: a step's data phase on the device clock is the time
+    the device had nothing to do because the batch was not there yet.
+    """
+
+    def __init__(self, source, worker: int, device: torch.device, steps: int):
+        self.source, self.worker, self.device, self.steps = source, worker, device, steps
+        self.workers, self.batch_size = source.workers, source.batch_size
+        self.stream = torch.cuda.Stream(device=device)
+        self._ahead: dict[int, tuple] = {}
+
+    def _copy(self, step: int) -> tuple:
+        x, y = self.source.shard(step, self.worker)
+        with torch.cuda.stream(self.stream):
+            xd = x.to(self.device, non_blocking=True)
+            yd = y.to(self.device, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.stream)
+        return xd, yd, done
+
+    def prefetch(self, step: int) -> None:
+        if step < self.steps and step not in self._ahead:
+            self._ahead = {step: self._copy(step)}
+
+    def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if worker != self.worker:
+            raise ValueError(f"these batches serve worker {self.worker}, not {worker}")
+        x, y, done = self._ahead.pop(step, None) or self._copy(step)
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(done)
+        x.record_stream(current)  # made on the side stream, used on this one
+        y.record_stream(current)
+        return x, y
+
+    def close(self) -> None:
+        self._ahead = {}
+        close = getattr(self.source, "close", None)
+        if close is not None:
+            close()
+
+
 @contextlib.contextmanager
-def open_shards(cfg, worker: int, pin_memory: bool = False):
-    """Worker ``worker``'s shards for a run: loader processes for an image folder
-    (``cfg.loader_workers`` of them), in-process generation for synthetic data."""
-    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size)
+def open_shards(cfg, worker: int, pin_memory: bool = False, device=None):
+    """Worker ``worker``'s shards for a run.
+
+    Synthetic data is made on ``device`` (default the CPU). An image folder is read by
+    ``cfg.loader_workers`` loader processes; on a GPU their batches land in pinned memory
+    and reach the device through :class:`DeviceBatches`.
+    """
+    device = torch.device(device or "cpu")
+    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size, device)
     if not isinstance(shards, ImageFolderShards):
         yield shards
         return
-    with LoaderShards(shards, worker, cfg.steps, cfg.loader_workers, pin_memory=pin_memory,
-                      timeout_s=cfg.timeout_s) as loader:
-        yield loader
+    cuda = device.type == "cuda"
+    with LoaderShards(shards, worker, cfg.steps, cfg.loader_workers,
+                      pin_memory=pin_memory or cuda, timeout_s=cfg.timeout_s) as loader:
+        if not cuda:
+            yield loader
+            return
+        batches = DeviceBatches(loader, worker, device, cfg.steps)
+        try:
+            yield batches
+        finally:
+            batches.close()

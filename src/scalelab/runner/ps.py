@@ -34,6 +34,7 @@ import torch
 
 from scalelab.runner import checkpoint
 from scalelab.runner.comm import irecv, isend, wait
+from scalelab.runner.compute import Computation
 from scalelab.runner.config import RunConfig
 from scalelab.runner.partition import Layout
 from scalelab.runner.stage import Stager, pack
@@ -56,6 +57,7 @@ class Worker:
         self.cfg, self.k, self.model, self.layout = cfg, index, model, layout
         self.shards, self.log = shards, log
         self.device = torch.device(device)
+        self.comp = Computation(cfg.algorithm, self.device)  # the model is in its format
         self.params = trainable(model)
         self.loss_fn = cfg.workload.loss_fn()
         self.stager = Stager(layout.pieces, self.params[0].dtype, self.device, cfg.stage_host)
@@ -126,8 +128,8 @@ class Worker:
     def step(self, step: int, timer: StepTimer | None) -> dict:
         cfg = self.cfg
         with maybe_phase(timer, "data_s"):
-            x, y = self.shards.shard(step, self.k)
-            x = x.to(self.device, non_blocking=True)
+            x, y = self.shards.shard(step, self.k)  # on the device already (open_shards)
+            x = self.comp.batch(x.to(self.device, non_blocking=True))
             y = y.to(self.device, non_blocking=True)
         self.stager.begin_step()
         self.pending = {p.index: len(p.tensors) for p in self.layout.pieces}
@@ -136,7 +138,8 @@ class Worker:
         self.capturing = True
         try:
             with maybe_phase(timer, "compute_s"):
-                loss = self.loss_fn(logits_of(self.model(x)), y)
+                with self.comp.autocast():
+                    loss = self.loss_fn(logits_of(self.model(x)), y)
                 loss.backward()
         finally:
             self.capturing = False
@@ -153,8 +156,11 @@ class Worker:
                      f"{piece.server} (rank {cfg.server_rank(piece.server)})")
         with maybe_phase(timer, "pull_s"):
             self._finish_pulls(self.pulls, "fresh parameters")
+        ahead = getattr(self.shards, "prefetch", None)  # a GPU's next batch, copied meanwhile
+        if ahead is not None:
+            ahead(step + 1)
         nbytes = sum(p.numel for p in self.layout.pieces) * self.elem_bytes
-        return {"loss": float(loss.detach()), "bytes_sent": nbytes, "bytes_received": nbytes,
+        return {"loss": loss.detach(), "bytes_sent": nbytes, "bytes_received": nbytes,
                 **self.stager.step_bytes()}
 
     def final_pull(self) -> None:

@@ -26,6 +26,22 @@ def _phase(records: list[dict], name: str) -> dict | None:
     return summarize([r[name] for r in records if name in r])
 
 
+def timing_of(cfg) -> dict:
+    """How this run's phases were timed, and the waits that remain in the step."""
+    if cfg.device == "cuda":
+        clock = ("CUDA events on each worker's stream at every phase boundary, read one step "
+                 "later: no synchronization is added to time a step")
+        waits = ["checkpoints copy the state to the host (every --checkpoint-every steps)"]
+        if cfg.architecture == "ps":
+            waits.insert(0, "a parameter-server worker waits on the host for each piece's "
+                            "device-to-host copy before sending it, and for its pulls before "
+                            "the next forward: the exchange itself, timed as push_s and pull_s")
+    else:
+        clock = "the host's clock (time.perf_counter) at every phase boundary"
+        waits = []
+    return {"clock": clock, "waits": waits, "algorithm": cfg.algorithm}
+
+
 def build(cfg, ranks: list[dict], wall_s: float) -> dict:
     """``ranks``: per rank ``{"rank", "role", "index", "records": [...], "summary": {...}}``."""
     warmup = min(cfg.warmup_steps, max(cfg.steps - 1, 0))
@@ -95,6 +111,7 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         "param_bytes": worker0.get("param_bytes"),
         "resumed_from_step": worker0.get("resumed_from_step", 0),
         "wall_s": wall_s,
+        "timing": timing_of(cfg),
     }
     if servers:
         result["shard_fractions"] = worker0.get("shard_fractions")

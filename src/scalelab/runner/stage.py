@@ -18,8 +18,9 @@ and direction, allocated once:
   runs on, so the forward sees it), and an event is recorded after those copies. The next
   step waits for that event before any receive may overwrite the buffers.
 
-On the CPU without staging a piece that is one contiguous slice of one tensor is sent and
-received in place (zero copy), otherwise packed into a preallocated buffer. With
+Pieces cover tensors in memory order (:func:`scalelab.runner.compute.flat`: NHWC for a
+channels_last weight). On the CPU without staging a piece that is one slice of one tensor
+is sent and received in place (zero copy), otherwise packed into a preallocated buffer. With
 ``staged=True`` on the CPU the staging path runs as on a GPU, with plain copies into the
 preallocated buffers and no events: that is how its byte accounting is tested here. The
 CUDA branch (pinned buffers, events, ``non_blocking`` copies) has not run on a GPU in this
@@ -30,28 +31,33 @@ from __future__ import annotations
 
 import torch
 
+from scalelab.runner.compute import flat
+
 
 def pack(piece, tensors, out: torch.Tensor, non_blocking: bool = False) -> None:
     """Copy the slices ``piece`` covers of ``tensors`` into ``out`` (the piece's buffer)."""
     for t, a, b, o in piece.copies:
         out[o - piece.offset:o - piece.offset + (b - a)].copy_(
-            tensors[t].reshape(-1)[a:b], non_blocking=non_blocking)
+            flat(tensors[t])[a:b], non_blocking=non_blocking)
 
 
 def unpack(piece, buf: torch.Tensor, params, non_blocking: bool = False) -> None:
     """Copy the piece's buffer back into the slices of ``params`` it covers."""
     with torch.no_grad():
         for t, a, b, o in piece.copies:
-            params[t].view(-1)[a:b].copy_(buf[o - piece.offset:o - piece.offset + (b - a)],
-                                          non_blocking=non_blocking)
+            flat(params[t])[a:b].copy_(buf[o - piece.offset:o - piece.offset + (b - a)],
+                                       non_blocking=non_blocking)
 
 
 def _direct(piece, tensor: torch.Tensor) -> torch.Tensor | None:
-    """A zero-copy view for a piece that is one contiguous slice of one tensor."""
-    if len(piece.copies) != 1 or not tensor.is_contiguous():
+    """A zero-copy view for a piece that is one slice of one dense tensor."""
+    if len(piece.copies) != 1:
         return None
     _, a, b, _ = piece.copies[0]
-    return tensor.view(-1)[a:b]
+    try:
+        return flat(tensor)[a:b]
+    except ValueError:
+        return None
 
 
 class Stager:
