@@ -70,17 +70,33 @@ def test_key_changes_with_each_field(cache, monkeypatch):
 
 
 def test_source_digest_follows_the_counting_code(tmp_path, monkeypatch):
-    (tmp_path / "opcount.py").write_text("A = 1\n")
-    (tmp_path / "workload.py").write_text("B = 1\n")
+    """The counting module and what it imports (even inside a function) are in the key;
+    other modules are not."""
+    files = {"opcount.py": "from scalelab.workload import WorkloadSpec\n",
+             "workload.py": "def f():\n    from scalelab import record\n",
+             "record.py": "A = 1\n", "other.py": "B = 1\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
     monkeypatch.setattr(opcache, "_PACKAGE", tmp_path)
-    opcache.source_digest.cache_clear()
-    try:
-        before = opcache.source_digest("ops")
-        (tmp_path / "opcount.py").write_text("A = 2\n")
+
+    def digest():
         opcache.source_digest.cache_clear()
-        assert opcache.source_digest("ops") != before
+        opcache._imported.cache_clear()
+        return opcache.source_digest("ops")
+
+    try:
+        assert [p.name for p in opcache.source_files("ops")] == ["opcount.py", "record.py",
+                                                                 "workload.py"]
+        before = digest()
+        (tmp_path / "other.py").write_text("B = 2\n")
+        assert digest() == before
+        for name in ("opcount.py", "workload.py", "record.py"):
+            (tmp_path / name).write_text(files[name] + "# edited\n")
+            assert digest() != before, name
+            before = digest()
     finally:
         opcache.source_digest.cache_clear()
+        opcache._imported.cache_clear()
 
 
 @pytest.mark.parametrize("garbage", [b"", b"not a pickle", pickle.dumps({"key": {}}),

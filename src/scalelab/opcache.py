@@ -26,6 +26,7 @@ Nothing here imports torch: reading a cached value needs only the classes it hol
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import pickle
@@ -46,11 +47,12 @@ FORMAT_VERSION = 1
 """Bump when what is stored for a kind changes shape without its source files changing."""
 
 _PACKAGE = Path(__file__).resolve().parent
-# the files whose content each kind of value depends on (relative to the package)
+# what computes each kind of value: a module, with every scalelab module it imports
+# (anywhere in it, transitively), and data files (globs relative to the package)
 _SOURCES = {
-    "ops": ("opcount.py", "workload.py"),
-    "describe": ("workload.py", "opcount.py"),
-    "fit": ("opcount.py", "workload.py", "hardware", "theory"),
+    "ops": ("scalelab.opcount", ()),
+    "describe": ("scalelab.workload", ()),
+    "fit": ("scalelab.hardware.fit", ("hardware/*.toml",)),
 }
 
 T = TypeVar("T")
@@ -65,17 +67,55 @@ def _version(dist: str) -> str:
         return "none"
 
 
+def _module_file(name: str) -> Path | None:
+    """The file of package module ``name`` (``scalelab.a.b``), or None if there is none."""
+    parts = name.split(".")[1:]
+    rel = Path(*parts)
+    candidates = (_PACKAGE / rel.with_suffix(".py"),) if parts else ()
+    for path in (*candidates, _PACKAGE / rel / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+@cache
+def _imported(path: Path) -> frozenset[str]:
+    """The ``scalelab`` modules a file imports, at module level or inside functions."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == "scalelab")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "scalelab":
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)  # submodules
+    return frozenset(names)
+
+
+def source_files(kind: str) -> list[Path]:
+    """The files a value of ``kind`` is computed by: its module, the package modules it
+    imports (transitively), and its data files."""
+    root, data = _SOURCES[kind]
+    seen: dict[str, Path] = {}
+    todo = [root]
+    while todo:
+        name = todo.pop()
+        path = _module_file(name)
+        if name in seen or path is None:
+            continue
+        seen[name] = path
+        todo.extend(_imported(path) - set(seen))
+    files = set(seen.values()) | {f for pattern in data for f in _PACKAGE.glob(pattern)}
+    return sorted(files)
+
+
 @cache
 def source_digest(kind: str) -> str:
-    """SHA-256 of the content of the files (``.py`` and ``.toml``) ``kind`` depends on."""
+    """SHA-256 of the content of :func:`source_files`: a change to the code that computes a
+    value, the record it returns or the data it reads is a new key."""
     h = hashlib.sha256()
-    for rel in _SOURCES[kind]:
-        path = _PACKAGE / rel
-        files = sorted(p for p in path.rglob("*") if p.suffix in (".py", ".toml")) \
-            if path.is_dir() else [path]
-        for f in files:
-            h.update(str(f.relative_to(_PACKAGE)).encode() + b"\0")
-            h.update(f.read_bytes() if f.is_file() else b"(missing)")
+    for f in source_files(kind):
+        h.update(str(f.relative_to(_PACKAGE)).encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
 
 

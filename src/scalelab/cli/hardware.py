@@ -108,10 +108,10 @@ def run_show(args) -> int:
 
 def run_fit(args) -> int:
     """Per device and compute units: e_c, e_m, the points behind them, the error band."""
-    from scalelab.hardware.fit import bands, fit
     from scalelab.hardware.reference import reference
+    from scalelab.opcache import fit_and_bands
 
-    f, b, ref = fit(), bands(), reference()
+    (f, b), ref = fit_and_bands(), reference()
     rows = [{"device": d, "units": c, "e_c": v.e_c, "e_m": v.e_m, "points": v.points,
              "band": b.seen[c]} for (d, c), v in sorted(f.devices.items())]
     pooled = [{"units": c, "e_c": v.e_c, "e_m": v.e_m, "band_unseen": b.unseen.get(c)}
