@@ -59,8 +59,8 @@ def test_a_precision_the_device_has_no_units_for_is_refused():
     v100 = hardware.device("V100-SXM2-16GB")
     for p in ("bf16", "tf32"):
         with pytest.raises(UsageError, match=f"V100-SXM2-16GB has no {p} units"):
-            target_precision(_inp("cpu"), Cluster(device="V100", network="100GbE"), PlanOptions(precision=p),
-                             v100)
+            target_precision(_inp("cpu"), Cluster(device="V100", network="100GbE"),
+                             PlanOptions(precision=p), v100)
     assert target_precision(_inp("cpu"), Cluster(device="V100", network="100GbE"),
                             PlanOptions(precision="fp16"), v100)[0] == "fp16"
 

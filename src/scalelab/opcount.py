@@ -54,6 +54,11 @@ _TENSOR_CORE_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution
                     "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
                     "_scaled_dot_product_efficient_attention_backward",
                     "_scaled_dot_product_flash_attention_backward"}
+# ops autocast runs in fp32 (torch.amp's fp32 list, as they appear in ATen)
+AUTOCAST_FP32_OPS = {"native_layer_norm", "native_group_norm", "_softmax", "_log_softmax",
+                     "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "binary_cross_entropy",
+                     "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div"}
+_CAST_MODULES = (torch.nn.modules.conv._ConvNd, torch.nn.Linear, torch.nn.MultiheadAttention)
 _VIEW_OPS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias",
              "as_strided", "slice", "select", "unsqueeze", "squeeze", "reshape", "_reshape_alias",
              "split", "split_with_sizes", "unbind", "chunk", "narrow", "lift_fresh", "unfold"}
@@ -89,6 +94,7 @@ class StepOps:
     batch_size: int
     param_count: int
     ops: tuple[OpCost, ...]
+    cast_weights: int = 0  # parameter tensors autocast casts to fp16/bf16 (conv, linear)
 
     @property
     def flops(self) -> float:
@@ -104,6 +110,19 @@ class StepOps:
 
     def phase_flops(self, phase: str) -> float:
         return sum(o.flops for o in self.ops if o.phase == phase)
+
+    def host_ops(self, precision: str = "fp32") -> int:
+        """Operations the host issues in one step: one per counted operation of forward and
+        backward, one per kernel of the optimizer's passes, and under fp16/bf16 autocast
+        the casts it adds, each with its backward: one per weight of a convolution or
+        linear layer and two per operation autocast keeps in fp32 (its half input cast
+        up, its output cast down for the next half-precision operation)."""
+        n = sum(1 if o.phase != "optimizer" else o.kernels for o in self.ops)
+        if precision in ("fp16", "bf16"):
+            fp32_ops = sum(1 for o in self.ops
+                           if o.phase == "forward" and o.name in AUTOCAST_FP32_OPS)
+            n += 2 * (self.cast_weights + 2 * fp32_ops)
+        return n
 
 
 def _conv_backward_flops(grad_out, x, w, _bias, _stride, _padding, _dilation, transposed,
@@ -184,8 +203,10 @@ def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer
         y = torch.zeros(batch_size, dtype=torch.long)
     params = [p for p in net.parameters() if p.requires_grad]
     ops = (*record_step(spec, net, x, y), _optimizer_op(spec, params))
+    casts = sum(1 for m in net.modules() if isinstance(m, _CAST_MODULES)
+                for p in m.parameters(recurse=False) if p.requires_grad)
     return StepOps(model, tuple(input_shape), num_classes, optimizer, batch_size,
-                   sum(p.numel() for p in params), ops)
+                   sum(p.numel() for p in params), ops, casts)
 
 
 _SMALL = (2, 4)  # batches traced; larger ones are derived from these two
@@ -208,7 +229,7 @@ def _affine(small: StepOps, large: StepOps, batch: int) -> StepOps | None:
                           o0.bytes_fp32 + k * (o1.bytes_fp32 - o0.bytes_fp32),
                           o0.tensor_core, o0.kernels))
     return StepOps(small.model, small.input_shape, small.num_classes, small.optimizer, batch,
-                   small.param_count, tuple(ops))
+                   small.param_count, tuple(ops), small.cast_weights)
 
 
 @lru_cache(maxsize=256)

@@ -8,7 +8,10 @@ measurement knows that the roofline does not (the framework, the kernels, the da
     T_t = T_s * R_t / R_s
 
 and without one (a CPU profile: its time says nothing about a GPU's kernels), T_t = R_t.
-Either way T_t is never below the target's step floor, kernels x launch_s.
+Either way T_t is never below the target's step floor, kernels x launch_s, nor, when the
+host's time per operation h is given, below the host's time to issue the step's N
+operations: T = max(T_t, N h) (:func:`scalelab.theory.roofline.step_with_host_s`); the
+host "sets the step" when N h is the larger.
 
 The error band is relative: on the fit's leave-one-out evidence, the step is within
 T_t x (1 +- band). Anchored, both rooflines contribute, so band = sqrt(b_s^2 + b_t^2) with b
@@ -18,13 +21,13 @@ the device's band (:func:`scalelab.hardware.fit.bands`); unanchored, band = b_t.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scalelab import hardware
 from scalelab.hardware.fit import Bands, Fit, bands, fit, roofline_ops
 from scalelab.hardware.reference import PRECISION_MODES, reference
-from scalelab.theory.roofline import RooflineStep, roofline_step
+from scalelab.theory.roofline import RooflineStep, host_step_s, roofline_step, step_with_host_s
 
 if TYPE_CHECKING:  # opcount imports torch; an estimate reads counted operations only
     from scalelab.opcount import StepOps
@@ -40,6 +43,8 @@ class Estimate:
     how: str  # one line: the formula with its numbers
     target_device: str
     source_device: str | None = None
+    host_s: float = 0.0  # the host's time to issue the step's operations (0: not counted)
+    device_s: float = 0.0  # the device's time alone (step_s without the host)
 
     def __post_init__(self):
         if not (self.step_s > 0 and self.band >= 0 and self.floor_s >= 0):
@@ -60,7 +65,8 @@ class Estimate:
         return {"step_s": self.step_s, "band": self.band, "low_s": self.low_s,
                 "high_s": self.high_s, "precision": self.precision, "floor_s": self.floor_s,
                 "bound": self.bound, "how": self.how, "target_device": self.target_device,
-                "source_device": self.source_device}
+                "source_device": self.source_device, "host_s": self.host_s,
+                "device_s": self.device_s}
 
 
 def device_roofline(ops: StepOps, device: str, precision: str,
@@ -98,18 +104,44 @@ def _borrowed(f: Fit, device: str, precision: str,
     return f"; {device} has no published point: fractions of {whose}"
 
 
+def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None) -> Estimate:
+    """The estimate floored at the host's time to issue the step's operations."""
+    if not host_s_per_op:
+        return replace(est, device_s=est.step_s)
+    n = ops.host_ops(est.precision)
+    host = host_step_s(n, host_s_per_op)
+    step = step_with_host_s(est.step_s, host)
+    sets = "sets the step" if host > est.step_s else "is below the device's time"
+    how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
+           f"{host * 1e3:.3g} ms, which {sets}")
+    return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how,
+                   bound="host" if host > est.step_s else est.bound)
+
+
 def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
                   source_device: str | None = None, source_step_s: float | None = None,
                   source_ops: StepOps | None = None, source_precision: str | None = None,
-                  f: Fit | None = None, b: Bands | None = None) -> Estimate:
+                  f: Fit | None = None, b: Bands | None = None,
+                  host_s_per_op: float | None = None) -> Estimate:
     """The step time of ``ops`` on ``target_device`` at ``precision``, with its band.
 
     ``source_device``/``source_step_s``: where and how long the step was measured (at
     ``source_ops``' batch, default the same ops, and ``source_precision``, default the same
     precision). ``f`` and ``b``: the fit and its bands (default: the packaged reference's).
     A source that is not a catalog GPU with known peaks (a CPU) is not used as an
-    anchor: the estimate is the target's roofline alone, and says so.
+    anchor: the estimate is the target's roofline alone, and says so. ``host_s_per_op``:
+    the target host's time to issue one operation; the step is at least that times the
+    operations (:meth:`StepOps.host_ops`).
     """
+    return _with_host(_device_estimate(ops, target_device, precision, source_device,
+                                       source_step_s, source_ops, source_precision, f, b),
+                      ops, host_s_per_op)
+
+
+def _device_estimate(ops: StepOps, target_device: str, precision: str,
+                     source_device: str | None, source_step_s: float | None,
+                     source_ops: StepOps | None, source_precision: str | None,
+                     f: Fit | None, b: Bands | None) -> Estimate:
     if precision not in PRECISION_MODES:
         raise ValueError(f"unknown precision {precision!r} ({', '.join(PRECISION_MODES)})")
     if source_step_s is not None and not source_step_s > 0:

@@ -64,6 +64,8 @@ class Reference:
     points: tuple[RefPoint, ...]
     launch_s: float  # one kernel launch: the step floor is kernels x launch_s
     launch_source: str
+    host_s_per_op: float = 0.0  # the host's time to issue one operation (when none is given)
+    host_source: str = ""
 
 
 def _parse(data: dict, where: str) -> tuple[RefPoint, ...]:
@@ -91,5 +93,6 @@ def reference() -> Reference:
     """The packaged reference table, parsed once."""
     text = resources.files("scalelab.hardware").joinpath("reference.toml").read_text()
     data = tomllib.loads(text)
-    floor = data["floor"]
-    return Reference(_parse(data, "reference.toml"), float(floor["launch_s"]), floor["source"])
+    floor, host = data["floor"], data.get("host", {})
+    return Reference(_parse(data, "reference.toml"), float(floor["launch_s"]), floor["source"],
+                     float(host.get("s_per_op", 0.0)), str(host.get("source", "")))

@@ -79,12 +79,45 @@ class TargetCompute:
     band: float = 0.0  # relative error band of an estimate: within compute_s x (1 +- band)
     precision: str | None = None  # the precision the estimate assumed
     floor_s: float = 0.0  # the target's step floor (kernels x launch latency)
+    host_s: float = 0.0  # the target host's time to issue the step's operations (0: none)
+
+    @property
+    def host_bound(self) -> bool:
+        """True when the host's time to issue the operations sets the step."""
+        return self.host_s > 0 and self.host_s >= self.compute_s * (1 - 1e-12)
 
 
 def source_precision(inp: PlanInput) -> str:
     """How the measurement was computed: its configuration's precision, else PyTorch's
     default ("fp32": a workload or profile without ``algorithm`` ran PyTorch's defaults)."""
     return precision_of(inp.algorithm)
+
+
+def host_s_per_op(inp: PlanInput, target: hardware.Device) -> tuple[float, str]:
+    """(the target host's seconds per issued operation, the assumption stated in the plan).
+
+    Measured where the profile ran (a profile's ``host.s_per_op``, a workload file's
+    ``host_s_per_op``), else the packaged measurement (``reference.toml`` [host]); carried
+    to the target's host unchanged, which is an assumption: a faster host issues faster.
+    """
+    from scalelab.hardware.reference import reference
+
+    if inp.host_s_per_op:
+        h = inp.host_s_per_op
+        where = f"as measured where the step was ({inp.device or 'the source'})"
+    else:
+        ref = reference()
+        h, where = ref.host_s_per_op, f"scalelab's packaged measurement ({ref.host_source})"
+    return h, (f"assumption: {target.name}'s host issues one operation of the step in "
+               f"{h * 1e6:.3g} us, {where}; the step is at least its operations x that")
+
+
+def _host_warning(target: hardware.Device, est) -> tuple[str, ...]:
+    if est.bound != "host":
+        return ()
+    return (f"the host sets the step on {target.name}: issuing the operations takes "
+            f"{est.host_s * 1e3:.3g} ms, the device {est.device_s * 1e3:.3g} ms; a larger "
+            "batch, CUDA graphs or torch.compile leave the device less idle",)
 
 
 def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
@@ -107,14 +140,18 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
         return None
     mode = precision
     f, b = fit_and_bands()
+    host_s, host_note = host_s_per_op(inp, target)
     est = estimate_step(ops, target.name, mode, source_device=inp.device,
-                        source_step_s=step_s, source_precision=source_precision(inp), f=f, b=b)
+                        source_step_s=step_s, source_precision=source_precision(inp), f=f, b=b,
+                        host_s_per_op=host_s)
     how = f"compute estimated for {target.name} ({mode}: {why}): {est.how}"
-    warnings = () if est.source_device and "not used" not in est.how else (
+    warnings = _host_warning(target, est) + (() if est.source_device and "not used" not in
+                                             est.how else (
         f"assumption: {inp.device or 'the source'} is not a GPU in the catalog, so "
         f"{target.name}'s step is the roofline with fractions fitted to published "
-        f"throughputs alone (+-{est.band:.0%}); profile on a GPU for a tighter estimate",)
-    return TargetCompute(est.step_s, True, (how,), warnings, est.band, mode, est.floor_s)
+        f"throughputs alone (+-{est.band:.0%}); profile on a GPU for a tighter estimate",))
+    return TargetCompute(est.step_s, True, (how, host_note), warnings, est.band, mode,
+                         est.floor_s, est.host_s)
 
 
 def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluster,
@@ -140,11 +177,14 @@ def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluste
             ops = None
     if ops is not None:
         f, b = fit_and_bands()
+        host_s, host_note = host_s_per_op(inp, target)
         est = estimate_step(ops, target.name, precision, source_device=target.name,
-                            source_step_s=step_s, source_precision=measured_p, f=f, b=b)
+                            source_step_s=step_s, source_precision=measured_p, f=f, b=b,
+                            host_s_per_op=host_s)
         how = (f"compute carried from {measured_p} (measured) to {precision} ({why}) on "
                f"{target.name} by the ratio of its rooflines: {est.how}")
-        return TargetCompute(est.step_s, True, (how,), (), est.band, precision, est.floor_s)
+        return TargetCompute(est.step_s, True, (how, host_note), _host_warning(target, est),
+                             est.band, precision, est.floor_s, est.host_s)
     peak_s, peak_t = _conv_peak(target, measured_p), _conv_peak(target, precision)
     t = step_s * peak_s / peak_t
     how = (f"compute carried from {measured_p} (measured) to {precision} ({why}) on "

@@ -58,6 +58,8 @@ class PlanInput:
     """The file it came from."""
     input_shape: tuple[int, ...] = (3, 224, 224)
     """One sample's shape."""
+    host_s_per_op: float | None = None
+    """The host's time to issue one operation of the step, measured where it ran, seconds."""
     num_classes: int = 1000
     """Classifier outputs."""
     busy: bool = False
@@ -183,7 +185,15 @@ def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput
         batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
         max_batch_size=data.get("max_batch_size"), path=where, busy=_busy(data),
         backward_fraction=_backward_fraction(batches_raw, rec),
+        host_s_per_op=_host_s_per_op(data),
     )
+
+
+def _host_s_per_op(data: dict) -> float | None:
+    """A profile's measured host time per operation (``host.s_per_op``), if it has one."""
+    host = data.get("host")
+    v = host.get("s_per_op") if isinstance(host, dict) else None
+    return float(v) if isinstance(v, (int, float)) and v > 0 else None
 
 
 def _backward_fraction(rows: list, batch: int) -> float | None:
@@ -203,7 +213,7 @@ def load_workload(path: str | Path) -> PlanInput:
 def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInput:
     known = {"model", "param_bytes", "batch_size", "step_s", "device", "io_s",
              "flops_per_sample", "input_shape", "num_classes", "algorithm",
-             "load_s_per_sample"}
+             "load_s_per_sample", "host_s_per_op"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
@@ -237,7 +247,15 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
         load_s_per_sample=_num(data, "load_s_per_sample", where, required=False),
         batches=((int(batch), float(step_s)),), path=where,
         input_shape=tuple(input_shape), num_classes=int(num_classes),
+        host_s_per_op=_positive(data, "host_s_per_op", where),
     )
+
+
+def _positive(d: dict, key: str, where: str) -> float | None:
+    v = _num(d, key, where, required=False)
+    if v is not None and not v > 0:
+        raise UsageError(f"{where}: {key!r} must be > 0 seconds, got {v!r}")
+    return v
 
 
 def load_input(path: str | Path) -> PlanInput:

@@ -25,6 +25,7 @@ from scalelab.environment import collect_environment
 from scalelab.errors import UsageError
 from scalelab.profiler import algorithms as algos
 from scalelab.profiler.device import parse_device, resolve_device
+from scalelab.profiler.host import measure_host_s_per_op
 from scalelab.profiler.input_pipeline import check_folder, profile_input
 from scalelab.profiler.memory import device_memory_bytes
 from scalelab.profiler.probe import Trial, TrialRunner
@@ -148,6 +149,8 @@ def run_profile(spec: WorkloadSpec, options: ProfileOptions | None = None,
         io = profile_input(opts.data, spec.input_shape, recommended, chosen_step)
     else:
         io = {"source": "synthetic", "load_s_per_batch": 0.0, "loader_workers_needed": 0}
+    say("timing the host's cost per operation")
+    host = measure_host_s_per_op()
     env = _environment(dev, load_before)
     warnings = _warnings(opts, env)
     return {
@@ -179,6 +182,7 @@ def run_profile(spec: WorkloadSpec, options: ProfileOptions | None = None,
                                 for b, t in sorted(m.untrainable.items())],
         "algorithms": algo,
         "io": io,
+        "host": host.to_dict(),
         "cost": {
             "steps_run": sum(n for _, _, n in steps_run),
             "samples_run": sum(b * n for b, _, n in steps_run),

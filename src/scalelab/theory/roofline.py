@@ -30,6 +30,17 @@ device: below it the step is bound by launches, not by the roofline, so
 
     T_step = max(sum of t_op, K * launch_s).
 
+The host. Every operation is issued by the host CPU (Python, the dispatcher, autograd, the
+launch), which queues it and goes on while the device runs what is queued. Operation i
+cannot start on the device before the host has issued it, at i x h with h the host's time
+per operation, nor before the device has finished the operations before it; so the last
+of N operations ends no earlier than max(N h, sum of t_op), and with the host well ahead
+(the usual case) or well behind (small batches) the step is that max:
+
+    T_step = max(T_device, N x h)
+
+where T_device is the roofline step above. The host "sets the step" when N h is the larger.
+
 Assumptions: one stream (no two kernels overlap), no caching of operands across operations
 (each operation reads its inputs from memory), e_c and e_m the same for every operation of a
 step on a device at a precision (they are fitted to measured steps, so they absorb the
@@ -91,6 +102,20 @@ def step_floor_s(kernels: int, launch_s: float) -> float:
     if kernels < 0 or launch_s < 0:
         raise ValueError(f"kernels {kernels} and launch_s {launch_s} must be >= 0")
     return kernels * launch_s
+
+
+def host_step_s(host_ops: int, host_s_per_op: float) -> float:
+    """The host's time to issue a step's operations: N x h."""
+    if host_ops < 0 or host_s_per_op < 0:
+        raise ValueError(f"host_ops {host_ops} and host_s_per_op {host_s_per_op} must be >= 0")
+    return host_ops * host_s_per_op
+
+
+def step_with_host_s(device_s: float, host_s: float) -> float:
+    """T_step = max(T_device, N h): the device cannot run what the host has not issued."""
+    if device_s < 0 or host_s < 0:
+        raise ValueError(f"device_s {device_s} and host_s {host_s} must be >= 0")
+    return max(device_s, host_s)
 
 
 def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e_m: float,
