@@ -65,24 +65,13 @@ def register(sub) -> None:
 
 
 def recommendation_line(p: dict) -> str:
-    """One plan's advice in one line: the cluster, what to use and what it gives."""
-    from scalelab.plan.advice import floor2
-    from scalelab.plan.text import format_gbps, plural
+    """One plan's advice in one line: the cluster, then the report's headline
+    (:func:`scalelab.plan.story.headline`; the alternatives follow on their own lines)."""
+    from scalelab.plan.story import headline
 
     r = p["recommendation"]
-    head = (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): batch {r['batch_size']}"
-            f"/device, {r['algorithm'] or 'default computation'}")
-    if r.get("too_small"):
-        return f"{head}: {r['too_small']}"
-    servers = (f", {plural(r['num_ps'], 'parameter server')} (lemma minimum {r['num_ps_min']})"
-               if r["architecture"] == "ps" and r["num_ps"] else "")
-    how = "1 device" if r["gpus"] == 1 else f"{r['architecture']} on {plural(r['gpus'], 'device')}"
-    opts = p["inputs"].get("options") or {}
-    full, target = opts.get("max_gpus"), opts.get("target_efficiency")
-    need = (f"; all {full} at efficiency {target:g} need {format_gbps(r['network_gbps_needed'])}"
-            " per node" if full and target and r["network_gbps_needed"] > 0 else "")
-    return (f"{head}, {how}{servers}: {r['samples_per_s']:,.0f} samples/s at efficiency "
-            f"{floor2(r['efficiency'])}{need}")
+    return (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): "
+            f"{r['algorithm'] or 'default computation'}; {headline(p, alternatives=False)}")
 
 
 def cluster_text(p: dict) -> str:

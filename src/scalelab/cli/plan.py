@@ -199,37 +199,11 @@ def _samples(r) -> str:
 
 
 def _summary(plan) -> str:
-    """The recommendation in one paragraph: what to use, what it gives, the alternatives."""
-    from scalelab.plan.advice import floor2
-    from scalelab.plan.text import format_gbps, plural
+    """The recommendation in one paragraph: what to use, what it gives, the alternatives
+    (the same line the report's headline shows: :func:`scalelab.plan.story.headline`)."""
+    from scalelab.plan.story import headline
 
-    r = plan.recommendation
-    target = plan.inputs["options"]["target_efficiency"]
-    max_g = plan.inputs["options"]["max_gpus"]
-    if r.too_small:
-        return f"recommend batch {r.batch_size}: {r.too_small}"
-    if r.network_gbps_needed > 0:
-        need = (f"{max_g} devices at efficiency {target:g} need "
-                f"{format_gbps(r.network_gbps_needed)} per node")
-    elif max_g > 1:
-        need = (f"one node: no network needed; its device link needs "
-                f"{format_gbps(r.intra_node_gbps_needed)} for {max_g} devices")
-    else:
-        need = "one device: nothing to exchange"
-    alts = "; ".join(a.text() for a in r.alternatives
-                     if a.gpus != r.gpus or a.architecture != r.architecture)
-    alts = f" (alternatives: {alts})" if alts else ""
-    if r.gpus == 1 and max_g > 1:
-        return (f"recommend 1 GPU at batch {r.batch_size}: already 2 GPUs fall below "
-                f"efficiency {target:g}{alts}; {need}")
-    ps = (f", {plural(r.num_ps, 'parameter server')} (lemma minimum {r.num_ps_min})"
-          if r.architecture == "ps" and r.num_ps else "")
-    rng = ("" if r.samples_per_s_low is None else
-           f" ({r.samples_per_s_low:,.0f}-{r.samples_per_s_high:,.0f})")
-    below = f" (below target {target:g})" if r.efficiency < target - 1e-12 else ""
-    return (f"recommend {r.architecture} on {plural(r.gpus, 'GPU')} at batch "
-            f"{r.batch_size}{ps}: {r.samples_per_s:,.0f}{rng} samples/s, efficiency "
-            f"{floor2(r.efficiency)}{below}{alts}; {need}")
+    return headline(plan.to_dict())
 
 
 def plot_plan(plan, inp, cluster, path) -> None:

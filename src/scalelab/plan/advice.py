@@ -113,6 +113,10 @@ def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gp
     for a, r in choice.best.items():
         if a == choice.architecture:
             continue
+        if r.gpus == 1:  # keeps the target on one device only: what it gives at this count
+            r = all_rows[a][choice.row.gpus - 1]
+            if r.gpus == 1:
+                continue  # one device exchanges nothing: no architecture to weigh
         tag = "faster" if a == choice.faster else "instead"
         out.append(Alternative(f"{a} ({tag})", r.gpus, a, r.samples_per_s, r.speedup,
                                r.efficiency))
@@ -424,7 +428,7 @@ def bandwidth_reasons(st, architecture: str, max_gpus: int, notes: Notes
                       f"{max_gpus} devices at efficiency {target:g}: {link_what} = "
                       f"{format_bytes(link_bytes)} within {format_s(allowed)} of exchange "
                       f"per step{_hidden_how(st, architecture)} (cluster has "
-                      f"{format_Bps(st.cluster.network_Bps())})")
+                      f"{_node_nic_text(st)})")
         else:
             notes.why("network", f"network_gbps_needed: no bandwidth reaches efficiency "
                       f"{target:g} (the target leaves no time for the exchange)")
@@ -442,6 +446,17 @@ def bandwidth_reasons(st, architecture: str, max_gpus: int, notes: Notes
                       f"GB/s within {format_s(allowed)}; {intra_name} has "
                       f"{intra_has / 1e9:.3g} GB/s")
     return need_gbps, intra_gbps
+
+
+def _node_nic_text(st) -> str:
+    """A node's network as a count of NICs and their rate: ``8 NICs x 379 Gb/s = 3,030
+    Gb/s per node`` (``9.49 Gb/s per node, one NIC`` with one)."""
+    c = st.cluster
+    nics = topology.nics_per_node(c.gpus_per_node, min(c.nic_sharing()[0], c.gpus_per_node))
+    one = c.network_Bps()
+    if nics == 1:
+        return f"{format_Bps(one)} per node, one NIC"
+    return f"{nics} NICs x {format_Bps(one)} = {format_Bps(nics * one)} per node"
 
 
 def loader_reasons(st, max_gpus: int, notes: Notes) -> None:
@@ -480,10 +495,11 @@ def cost_reasons(st, choice: Choice, notes: Notes) -> dict[str, Any] | None:
     if not cands:
         return None
     c = min(cands, key=lambda r: (r.cost_per_1k_samples, -r.samples_per_s))
+    # one device exchanges nothing: no architecture to name
+    what = "1 GPU alone" if c.gpus == 1 else f"{c.architecture} on {c.gpus}"
     notes.why("cost",
               f"cost: {choice.row.cost_per_1k_samples:.4g} per 1,000 samples at "
               f"{choice.row.gpus} devices (price x G / samples_per_s); cheapest meeting the "
-              f"target at its largest scale: {c.architecture} on {c.gpus} "
-              f"({c.cost_per_1k_samples:.4g})")
-    return {"architecture": c.architecture, "gpus": c.gpus,
+              f"target at its largest scale: {what} ({c.cost_per_1k_samples:.4g})")
+    return {"architecture": None if c.gpus == 1 else c.architecture, "gpus": c.gpus,
             "cost_per_1k_samples": c.cost_per_1k_samples, "samples_per_s": c.samples_per_s}

@@ -217,6 +217,9 @@ def _inputs_record(st: _Setting, archs: tuple[str, ...], max_gpus: int) -> dict[
         "compute_s": st.work.compute_s,
         "io_s": st.work.io_s,
         "network_Bps": cluster.network_Bps(),
+        "nics_per_node": topology.nics_per_node(cluster.gpus_per_node,
+                                                min(cluster.nic_sharing()[0],
+                                                    cluster.gpus_per_node)),
         "ps_network_Bps": cluster.ps_network_Bps(),
         "intra_node_Bps": intra_Bps,
         "intra_node": intra_name,
@@ -279,7 +282,9 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         cheapest=cheapest, alternatives=alts, too_small=small, servers_per_node=hosts,
         samples_per_s_low=row.samples_per_s_low, samples_per_s_high=row.samples_per_s_high,
         launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch,
-                              hosts, algorithm),
+                              hosts, algorithm, flat_samples_per_s=(
+                                  all_rows["allreduce"][row.gpus - 1].samples_per_s
+                                  if "allreduce" in all_rows else None)),
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
                 tc.estimate, st.params, ps, band)
@@ -324,10 +329,13 @@ def _too_small(st: _Setting) -> str | None:
 
 def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: int,
                    num_ps: int, batch: int, servers_per_node: tuple[int, ...] = (),
-                   algorithm: str | None = None) -> str:
+                   algorithm: str | None = None,
+                   flat_samples_per_s: float | None = None) -> str:
     """torchrun + ``scalelab run`` for the recommendation, as node 0 would type it; with
     colocated servers, which nodes host them; with a computation configuration other than
-    PyTorch's defaults, ``--algorithm`` so that the run trains in it."""
+    PyTorch's defaults, ``--algorithm`` so that the run trains in it. ``scalelab run`` has
+    no hierarchical mode: a hierarchical recommendation runs DDP's all-reduce, and the
+    command says so, with that run's predicted throughput (``flat_samples_per_s``)."""
     model = inp.model or "MODEL"
     nodes = -(-gpus // cluster.gpus_per_node)
     per_node = min(gpus, cluster.gpus_per_node)
@@ -339,9 +347,15 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
     if gpus == 1:
         return f"scalelab run {model} --workers 1 {args}"
     if architecture != "ps":
-        return (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank 0 "
-                f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
-                f"--workers {gpus} --architecture allreduce {args} --launcher torchrun")
+        cmd = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank 0 "
+               f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
+               f"--workers {gpus} --architecture allreduce {args} --launcher torchrun")
+        if architecture == "hierarchical":
+            rate = (f", predicted {flat_samples_per_s:,.0f} samples/s"
+                    if flat_samples_per_s else "")
+            cmd += (" (scalelab run has no hierarchical mode: this runs DDP's flat "
+                    f"all-reduce{rate})")
+        return cmd
     colocate = cluster.ps_placement == "colocated"
     if colocate:
         hosts = servers_per_node or topology.servers_per_node(num_ps, nodes)

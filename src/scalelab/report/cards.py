@@ -62,7 +62,8 @@ def _planned_alternatives(rec: dict) -> list[str]:
     """The planner's own alternatives (plan.json's ``recommendation.alternatives``)."""
     out = []
     for a in rec.get("alternatives") or []:
-        if not isinstance(a, dict) or a.get("gpus") == rec.get("gpus"):
+        if not isinstance(a, dict) or (a.get("gpus") == rec.get("gpus") and
+                                       a.get("architecture") == rec.get("architecture")):
             continue
         if not isinstance(a.get("samples_per_s"), (int, float)) or \
                 not isinstance(a.get("efficiency"), (int, float)):
@@ -87,51 +88,32 @@ def alternatives(p: dict) -> list[str]:
                 None)
     if not out and full is not None and total != gpus:
         out.append(_row_text(full, f"all {total} GPUs ({arch}) would give"))
+    listed = {(a.get("architecture"), a.get("gpus")) for a in rec.get("alternatives") or []
+              if isinstance(a, dict)}
     for r in rows if isinstance(gpus, int) and gpus > 1 else []:  # one device: no exchange
-        if r.get("gpus") == gpus and r.get("architecture") != arch:
+        if r.get("gpus") == gpus and r.get("architecture") != arch and \
+                (r.get("architecture"), gpus) not in listed:
             out.append(_row_text(r, f"{r['architecture']} on the same "
                                     f"{plural_text(gpus, 'GPU')}:"))
     return out
 
 
-def _rate_text(rec: dict) -> str:
-    """The predicted samples/s, with its band when the plan carries one."""
-    x, lo, hi = (rec.get(k) for k in ("samples_per_s", "samples_per_s_low",
-                                      "samples_per_s_high"))
-    if not isinstance(x, (int, float)):
-        return "-"
-    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and hi > lo:
-        return f"{x:,.0f} ({lo:,.0f}-{hi:,.0f})"
-    return f"{x:,.0f}"
-
-
 def recommendations(plans: list[dict], profiles: list[dict]) -> list[dict]:
-    """The headline: one recommendation per plan, else what the profile chose."""
-    from scalelab.plan.text import format_gbps
+    """The headline: one recommendation per plan (its line and tiles from
+    :mod:`scalelab.plan.story`, as the terminal prints them), else what the profile chose."""
+    from scalelab.plan import story
 
     recs = []
     for p in plans:
         rec = p.get("recommendation")
         if not rec:
             continue
-        arch = rec.get("architecture")
-        gpus, total = rec.get("gpus"), _cluster_gpus(p)
         recs.append({
             "title": plan_label(p),
             "cluster": cluster_summary(p),
-            "cards": [
-                ("batch size / device", rec.get("batch_size")),
-                ("computation", rec.get("algorithm") or "default"),
-                ("architecture", arch),
-                ("devices", f"{gpus} of {total}" if total else gpus),
-                ("parameter servers", f"{rec.get('num_ps')} (min {rec.get('num_ps_min')})"
-                 if arch == "ps" and rec.get("num_ps") else "-"),
-                ("network needed", format_gbps(rec["network_gbps_needed"])
-                 if isinstance(rec.get("network_gbps_needed"), (int, float)) else "-"),
-                ("loader processes", rec.get("loader_workers")),
-                ("samples/s", _rate_text(rec)),
-            ],
-            "alternatives": alternatives(p),
+            "headline": story.headline(p, alternatives=False),
+            "cards": story.cards(p),
+            "alternatives": [] if rec.get("too_small") else alternatives(p),
             "launch": rec.get("launch") or "",
             "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
             "warnings": [_reason_text(w) for w in p.get("warnings", [])],
