@@ -63,6 +63,7 @@ def test_final_parameters_equal_ddp_and_shards_equal_the_plan(level, ddp, tmp_pa
         assert row["model_state"] == {"param_bytes": want.param_bytes,
                                       "grad_bytes": want.grad_bytes,
                                       "optimizer_bytes": want.optimizer_bytes}, (level, r)
+        assert {"peak_bytes", "baseline_bytes", "peak_model_bytes"} <= set(row["memory"])
     # and with shards this small, the paper's even split is within one row of each tensor
     total = sum(math.prod(s) for s in shapes)
     if level > 1:

@@ -74,3 +74,39 @@ def device_memory_bytes(device: str | torch.device) -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def activation_bytes(model: torch.nn.Module, batch: torch.Tensor, loss_fn=None) -> int:
+    """Bytes of the tensors forward saves for backward (the activations), on any device.
+
+    Runs one forward pass with ``torch.autograd.graph.saved_tensors_hooks`` and adds up the
+    storages of the saved tensors that are not parameters, each storage once. On the meta
+    device (model and batch built there) nothing is allocated or computed, so a model too
+    large for any device can be measured; per sample it is this at batch 1 (or the
+    difference of two batches, which leaves out what does not grow with the batch).
+    """
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()
+              if p.device.type != "meta"}
+    param_ids = {id(p) for p in model.parameters()}
+    seen: dict[tuple, int] = {}
+    alive: list[torch.Tensor] = []  # keeps ids unique until the count is done
+
+    def pack(t: torch.Tensor):
+        if t.device.type == "meta":
+            # meta storages have no address: a tensor (or the tensor it views) counts once
+            base = t._base if t._base is not None else t
+            if id(base) not in param_ids:
+                alive.append(base)
+                seen.setdefault(("meta", id(base)), base.untyped_storage().nbytes())
+        else:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in params:
+                seen.setdefault((t.device.type, ptr), t.untyped_storage().nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(batch)
+        if loss_fn is not None:
+            out = loss_fn(out)
+    del out
+    return sum(seen.values())

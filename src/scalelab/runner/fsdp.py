@@ -86,7 +86,9 @@ class FSDPWorker:
 
             ids = [self.device.index] if self.device.type == "cuda" else None
             self.module = model
-            self.wrapped = DistributedDataParallel(model, device_ids=ids)
+            # gradients are views of DDP's buckets: the buckets are the gradients' memory
+            self.wrapped = DistributedDataParallel(model, device_ids=ids,
+                                                   gradient_as_bucket_view=True)
             self.opt = self._zero_optimizer(ZeroRedundancyOptimizer, params)
         else:
             from torch.distributed.fsdp import fully_shard
@@ -100,6 +102,8 @@ class FSDPWorker:
             self.opt = cfg.workload.make_optimizer(
                 [p for p in model.parameters() if p.requires_grad])
         self.loss_fn = cfg.workload.loss_fn()
+        self.memory: dict = {}
+        self._measure_from = max(cfg.warmup_steps, 0)
 
     def _zero_optimizer(self, cls, params):
         spec = self.cfg.workload
@@ -109,6 +113,8 @@ class FSDPWorker:
 
     # -- the step ---------------------------------------------------------------------
     def step(self, step: int, timer: StepTimer | None) -> dict:
+        if step == self._measure_from or not self.memory:
+            self._start_memory()
         with maybe_phase(timer, "data_s"):
             x, y = self.shards.shard(step, self.k)
             x = x.to(self.device, non_blocking=True)
@@ -130,6 +136,28 @@ class FSDPWorker:
         return {"bytes_reduced": self.param_bytes, "bytes_gathered": gathers * self.param_bytes}
 
     # -- what this rank holds ---------------------------------------------------------
+    def _start_memory(self) -> None:
+        """Start the peak at the first timed step; what the process holds besides the
+        model state then (the interpreter, libraries, allocator slack) is the baseline:
+        resident bytes (CPU) or allocated bytes (CUDA) less the state counted from tensors."""
+        from scalelab.profiler.memory import reset_peak_memory
+
+        state = sum(self.model_state_bytes().values())
+        reset_peak_memory(self.device)
+        self.memory = {"state_at_start_bytes": state,
+                       "baseline_bytes": _current_bytes(self.device) - state}
+
+    def memory_summary(self) -> dict:
+        """Peak of the timed steps, and the model's part of it (peak less the baseline)."""
+        from scalelab.profiler.memory import peak_memory_bytes
+
+        if not self.memory:
+            return {}
+        peak = peak_memory_bytes(self.device)
+        return {**self.memory, "peak_bytes": peak,
+                "peak_model_bytes": peak - self.memory["baseline_bytes"]}
+
+
     def model_state_bytes(self) -> dict:
         """This rank's parameters, gradients and optimizer state, counted from its tensors
         (the local shards of sharded tensors), in bytes."""
@@ -222,6 +250,16 @@ class FSDPWorker:
             set_state_dict(self.module, self.opt, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
         return step
+
+
+def _current_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.memory_allocated(device))
+    import os
+
+    from scalelab.profiler.memory import resident_bytes
+
+    return resident_bytes(os.getpid()) or 0
 
 
 def steps_of(directory: str | None) -> set[int]:
