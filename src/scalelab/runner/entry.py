@@ -218,7 +218,7 @@ def _run_fsdp(cfg, k, model, ident, log, place) -> dict:
     """Sharded data parallelism (:mod:`scalelab.runner.fsdp`), stepped as DDP is."""
     from scalelab.runner.fsdp import FSDPWorker
 
-    with open_shards(cfg, k, pin_memory=place.is_cuda) as shards:
+    with open_shards(cfg, k, device=place.device) as shards:
         w = FSDPWorker(cfg, k, model, shards, ident, place.device)
         start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
 
