@@ -111,7 +111,7 @@ BAD = [
     (["--network", "10GbE", "--target-efficiency", "0"], "target efficiency must be in (0, 1]"),
     (["--network", "10GbE", "--target-efficiency", "1.5"], "target efficiency"),
     (["--network", "10GbE", "--overlap", "2"], "overlap must be in [0, 1]"),
-    ([], "name the network"),
+    (["--nodes", "2"], "name the network (2 nodes exchange over it)"),
 ]
 
 

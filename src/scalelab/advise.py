@@ -263,15 +263,35 @@ def check_recommendation(spec: WorkloadSpec, plan_data: dict[str, Any], device: 
     return result
 
 
-def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseResult:
-    from scalelab.plan import PlanOptions, load_cluster, load_profile, plan
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare` checked before any work: the clusters named and the options."""
+
+    clusters: list[tuple[str, Any]]
+    plan_options: Any
+
+
+def prepare(spec: WorkloadSpec, options: AdviseOptions) -> Prepared:
+    """Every input checked before any work starts (a bad option costs no profiling): the
+    plan's options (target efficiency), the output folder, the clusters, the model."""
+    from scalelab.plan import PlanOptions, load_cluster
+
+    plan_options = PlanOptions(target_efficiency=options.target_efficiency)
+    _writable(Path(options.out_dir))
+    clusters = [(Path(c).stem, load_cluster(resolve_cluster(c))) for c in options.clusters]
+    spec.build_model(seed=None)  # a bad model fails now, not after a profile
+    return Prepared(clusters, plan_options)
+
+
+def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None,
+           prepared: Prepared | None = None) -> AdviseResult:
+    from scalelab.plan import load_cluster, load_profile, plan
     from scalelab.report import write_report
 
     say = progress or (lambda text: None)
     out = Path(options.out_dir)
-    _writable(out)
-    clusters = [(Path(c).stem, load_cluster(resolve_cluster(c))) for c in options.clusters]
-    spec.build_model(seed=None)  # a bad model fails now, not after a profile
+    ready = prepared or prepare(spec, options)
+    clusters = list(ready.clusters)
     say("profiling (or reading the cached profile)")
     got = cached_profile(spec, options.profile, options.fresh,
                          Path(options.cache) if options.cache else None, progress=say)
@@ -288,7 +308,7 @@ def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None) -> AdviseR
     source = load_profile(profile_path)
     for name, cluster in clusters:
         say(f"planning for {name}")
-        p = plan(source, cluster, PlanOptions(target_efficiency=options.target_efficiency))
+        p = plan(source, cluster, ready.plan_options)
         data = p.to_dict()
         data["inputs"]["cluster_name"] = name
         files.append(write_json(out / f"plan-{name}.json", "plan", data))

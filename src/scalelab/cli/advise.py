@@ -22,9 +22,9 @@ a validation of the cluster plan.
 
 
 def register(sub) -> None:
-    from scalelab.paths import example_names
     from scalelab.cli import HelpFormatter
     from scalelab.cli._common import add_workload_options, bytes_arg, positive_int
+    from scalelab.paths import example_names
 
     p = sub.add_parser("advise", help="the main job: profile, plan and report in one command",
                        description="Profile MODEL on this device (cached), plan data-parallel "
@@ -94,8 +94,8 @@ def check_line(check: dict) -> str:
 
 
 def run(args) -> int:
-    from scalelab.advise import AdviseOptions, advise
-    from scalelab.cli._common import workload_from_args
+    from scalelab.advise import AdviseOptions, advise, prepare
+    from scalelab.cli._common import err_console, workload_from_args
     from scalelab.profiler import ProfileOptions
 
     spec = workload_from_args(args)
@@ -106,17 +106,18 @@ def run(args) -> int:
     opts = AdviseOptions(out_dir=args.out, clusters=args.cluster, fresh=args.fresh,
                          check=args.check, check_steps=args.check_steps,
                          target_efficiency=args.target_efficiency, profile=popts)
-    if args.quiet or args.json:
-        result = advise(spec, opts)
+    ready = prepare(spec, opts)  # every option checked before the progress line starts
+    # a progress line only where it can be erased: piped, stderr carries nothing but errors
+    if args.quiet or args.json or not err_console.is_terminal:
+        result = advise(spec, opts, prepared=ready)
     else:
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        from scalelab.cli._common import err_console
 
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                       console=err_console, transient=True) as bar:
             task = bar.add_task("starting", total=None)
-            result = advise(spec, opts, progress=lambda t: bar.update(task, description=t))
+            result = advise(spec, opts, progress=lambda t: bar.update(task, description=t),
+                            prepared=ready)
     if args.json:
         print(json.dumps({"report": str(result.report), "files": [str(f) for f in result.files],
                           "profile_cached": result.profile_cached,

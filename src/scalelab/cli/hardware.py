@@ -42,11 +42,20 @@ def register(subparsers) -> None:
     fp.set_defaults(func=run_fit)
 
 
+def _out():
+    """The console to print tables on: the terminal's, or wide enough when piped that no
+    number is cut to ``1...`` (rich assumes 80 columns without a terminal)."""
+    from rich.console import Console
+
+    return console if console.is_terminal else Console(width=240)
+
+
 def _num(value, fmt: str = "{:g}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
 def run_list(args) -> int:
+    out = _out()
     cat = hardware.catalog()
     if args.json:
         print(json.dumps({
@@ -68,14 +77,14 @@ def run_list(args) -> int:
                  "{:.0f}"),
             d.intra_node or "-",
         )
-    console.print(t)
+    out.print(t)
     t = Table(title="intra-node links (per direction)")
     t.add_column("name")
     t.add_column("link")
     t.add_column("GB/s", justify="right")
     for x in cat.links.values():
         t.add_row(x.name, x.title, f"{x.bandwidth_Bps / 1e9:g}")
-    console.print(t)
+    out.print(t)
     t = Table(title="networks (per direction)")
     t.add_column("name", no_wrap=True)
     t.add_column("nominal Gb/s", justify="right")
@@ -83,11 +92,12 @@ def run_list(args) -> int:
     t.add_column("aliases")
     for n in cat.networks.values():
         t.add_row(n.name, f"{n.gbps:g}", f"{n.payload_gbps:g}", ", ".join(n.aliases))
-    console.print(t)
+    out.print(t)
     return 0
 
 
 def run_show(args) -> int:
+    out = _out()
     kind, entry = hardware.lookup(args.name)
     d = entry.to_dict()
     if args.json:
@@ -102,12 +112,13 @@ def run_show(args) -> int:
         if isinstance(v, list):
             v = ", ".join(v) or "-"
         t.add_row(k, "unknown" if v is None else str(v))
-    console.print(t)
+    out.print(t)
     return 0
 
 
 def run_fit(args) -> int:
     """Per device and compute units: e_c, e_m, the points behind them, the error band."""
+    out = _out()
     from scalelab.hardware.reference import reference
     from scalelab.opcache import fit_and_bands
 
@@ -132,6 +143,6 @@ def run_fit(args) -> int:
     for r in pooled:
         t.add_row("(pool)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "0",
                   "-" if r["band_unseen"] is None else f"{r['band_unseen']:.0%}")
-    console.print(t)
-    console.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
+    out.print(t)
+    out.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
     return 0

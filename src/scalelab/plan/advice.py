@@ -133,9 +133,12 @@ def batch_reasons(st, notes: Notes) -> None:
     else:
         notes.why("batch", f"batch_size {st.batch}: the workload file's measurement, step {step}")
     algo = target_algorithm(st)
-    if algo and algo == st.inp.algorithm:
+    if algo and algo == st.inp.algorithm and st.inp.source == "profile":
         notes.why("algorithm", f"algorithm {algo}: the fastest configuration that fits at "
                   f"batch {st.batch} in the profile")
+    elif algo and algo == st.inp.algorithm:
+        notes.why("algorithm", f"algorithm {algo}: the computation configuration the workload "
+                  f"file's step_s was measured in")
     elif algo:
         notes.why("algorithm", f"algorithm {algo}: the precision the {st.cluster.device} "
                   f"computes in" + (f" (the profile's {st.inp.algorithm} was chosen on "
@@ -381,8 +384,9 @@ def _nic_bytes(st, architecture: str, gpus: int) -> tuple[float, str]:
     """Bytes per step over each node's NIC at ``gpus`` devices, and what they are."""
     s, cluster = st.inp.param_bytes, st.cluster
     nodes = ceil_div(gpus, cluster.gpus_per_node)
-    if gpus == 1 or (architecture != "ps" and nodes == 1):
-        return 0.0, ""
+    colocated = cluster.ps_placement == "colocated"
+    if gpus == 1 or (nodes == 1 and (architecture != "ps" or colocated)):
+        return 0.0, ""  # one node: no byte crosses a NIC (its servers on its own CPU)
     if architecture == "ps":
         senders = 1 if cluster.local_aggregation else min(cluster.gpus_per_node, gpus)
         return (comm.ps_worker_bytes(s) * senders,

@@ -7,6 +7,7 @@ from the hardware catalog or given as a rate in Gb/s of payload per direction.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,10 @@ class Cluster:
     """ps: reduce inside the machine before pushing (N_w = nodes)."""
     ps: str | int = "auto"
     """Parameter servers: 'auto' or a count."""
-    ps_placement: str = "dedicated"
+    ps_placement: str | None = None
     """dedicated machines, or colocated on the nodes' CPUs: any count, ``floor(ps/nodes)`` on
-    every node and one more on the first ``ps mod nodes`` (one per node by default)."""
+    every node and one more on the first ``ps mod nodes`` (one per node by default). None:
+    dedicated, except on a single node without a network, where they run on its CPU."""
     ps_network: str | None = None
     """Dedicated servers' NIC (catalog name; default: the workers')."""
     ps_network_gbps: float | None = None
@@ -97,6 +99,10 @@ class Cluster:
         if self.architecture is not None and self.architecture not in ARCHITECTURES:
             raise UsageError(f"unknown architecture {self.architecture!r} "
                              f"({', '.join(ARCHITECTURES)})")
+        if self.ps_placement is None:
+            alone = self.nodes == 1 and self.network is None and self.network_gbps is None \
+                and self.measured_network_Bps is None
+            object.__setattr__(self, "ps_placement", "colocated" if alone else "dedicated")
         if self.ps_placement not in PLACEMENTS:
             raise UsageError(f"unknown ps_placement {self.ps_placement!r} "
                              f"({', '.join(PLACEMENTS)})")
@@ -131,18 +137,28 @@ class Cluster:
         if self.measured_network_Bps is not None and not self.measured_network_Bps > 0:
             raise UsageError(f"measured network bandwidth must be > 0 B/s, got "
                              f"{self.measured_network_Bps!r}")
-        if self.network is None and self.network_gbps is None \
-                and self.measured_network_Bps is None:
+        if not self.has_network and (self.nodes > 1 or self.ps_placement == "dedicated"):
             known = ", ".join(hardware.catalog().networks)
-            raise UsageError("name the network: network = NAME or network_gbps = X "
+            why = ("dedicated parameter servers are reached over it" if self.nodes == 1
+                   else f"{self.nodes} nodes exchange over it")
+            raise UsageError(f"name the network ({why}): network = NAME or network_gbps = X "
                              f"(--network/--network-gbps; known: {known})")
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
 
+    @property
+    def has_network(self) -> bool:
+        """Whether a network was named (a single node with its servers on its CPU needs none)."""
+        return not (self.network is None and self.network_gbps is None
+                    and self.measured_network_Bps is None)
+
     def network_Bps(self) -> float:
-        """Per-node NIC, per direction: payload rate of the named network or network_gbps."""
+        """Per-node NIC, per direction: payload rate of the named network or network_gbps;
+        infinite on a single node without one (no byte of its exchange crosses a NIC)."""
+        if not self.has_network:
+            return math.inf
         if self.measured_network_Bps is not None:
             return self.measured_network_Bps
         if self.network_gbps is not None:
@@ -235,6 +251,8 @@ class Cluster:
         return param_bytes * GRAD_DTYPES[self.grad_dtype] / 4
 
     def network_label(self) -> str:
+        if not self.has_network:
+            return "no network (one node)"
         if self.measured_network_Bps is not None:
             return f"{Bps_to_gbps(self.measured_network_Bps):.3g} Gb/s measured"
         if self.network_gbps is not None:

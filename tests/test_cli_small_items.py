@@ -1,0 +1,105 @@
+"""What a new user trips on: each item checked the way they met it (the command line, a
+plan's reasons), before any work starts and with nothing on stderr but the error line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scalelab import hardware
+from scalelab.cli import main
+from scalelab.plan import Cluster, PlanOptions, plan, workload_from_dict
+from scalelab.results import read_json
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def _never_profile(*a, **k):
+    raise AssertionError("profiled before the options were checked")
+
+
+def test_h200_and_h100_pcie_nodes_reach_their_host_over_pcie5():
+    pcie5 = hardware.link("pcie5")
+    for device in ("H200", "H100-PCIE", "H100-SXM"):
+        bps, how = Cluster(device=device, network="400GbE").host_link_Bps()
+        assert bps == pcie5.bandwidth_Bps, device
+        assert "unknown" not in how and "PCIe 5" in how
+    inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 64, "step_s": 0.05,
+                              "device": "H200"})
+    c = Cluster(nodes=2, gpus_per_node=8, device="H200", network="400GbE", architecture="ps",
+                ps_placement="colocated")
+    why = next(r for r in plan(inp, c).recommendation.to_dict()["reasons"]
+               if r.startswith("num_ps"))
+    assert "PCIe 5.0" in why and "unknown" not in why
+
+
+@pytest.mark.parametrize("value", ["1.5", "0"])
+def test_advise_refuses_a_bad_target_efficiency_before_profiling(value, tmp_path, capsys,
+                                                                 monkeypatch):
+    import scalelab.advise
+
+    monkeypatch.setattr(scalelab.advise, "run_profile", _never_profile)
+    code = main(["advise", "resnet18", "--target-efficiency", value, "--out",
+                 str(tmp_path / "out")])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err == f"scalelab: error: target efficiency must be in (0, 1], got {float(value)}\n"
+
+
+def test_advise_writes_only_the_error_line_to_stderr(tmp_path, capsys, monkeypatch):
+    import scalelab.advise
+
+    monkeypatch.setattr(scalelab.advise, "run_profile", _never_profile)
+    code = main(["advise", "resnet18", "--cluster", "no-such-cluster", "--out",
+                 str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith("scalelab: error: --cluster no-such-cluster") and err.count("\n") == 1
+
+
+def test_a_single_node_needs_no_network(tmp_path, capsys):
+    w = tmp_path / "w.toml"
+    w.write_text("param_bytes = 100_000_000\nbatch_size = 32\nstep_s = 0.2\n")
+    out = tmp_path / "plan.json"
+    code = main(["plan", "--workload", str(w), "--gpus-per-node", "8", "--device",
+                 "A100-SXM-80GB", "--out", str(out), "--quiet"])
+    text, err = capsys.readouterr()
+    assert code == 0, err
+    data = read_json(out, "plan")
+    assert data["recommendation"]["gpus"] == 8 and "no network needed" in text
+    # its servers, if any, run on its CPU: no byte crosses a NIC
+    assert data["inputs"]["cluster"]["ps_placement"] == "colocated"
+    assert data["inputs"]["network_Bps"] is None
+    # two nodes, or servers on other machines, do need one
+    for extra in (["--nodes", "2"], ["--ps-placement", "dedicated"]):
+        code = main(["plan", "--workload", str(w), *extra, "--out", str(out)])
+        _, err = capsys.readouterr()
+        assert code == 2 and err.startswith("scalelab: error: name the network")
+
+
+def test_a_workload_files_algorithm_is_not_said_to_come_from_a_profile():
+    inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 32, "step_s": 0.2,
+                              "algorithm": "channels_last"})
+    reasons = plan(inp, Cluster(nodes=2, network="10GbE")).recommendation.to_dict()["reasons"]
+    why = next(r for r in reasons if r.startswith("algorithm channels_last"))
+    assert "profile" not in why and "workload file" in why
+
+
+def test_per_node_bandwidth_says_how_many_nics():
+    inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 32, "step_s": 0.05,
+                              "device": "A100-SXM-80GB"})
+    c = Cluster(nodes=4, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE",
+                architecture="allreduce")
+    why = next(r for r in plan(inp, c, PlanOptions(target_efficiency=0.99))
+               .recommendation.to_dict()["reasons"] if r.startswith("network_gbps_needed"))
+    # a DGX A100 has one NIC per GPU: the per-node need is set against 8 of them
+    assert "8 NICs x 94.9 Gb/s = 759 Gb/s per node" in why
+
+
+def test_hardware_list_piped_keeps_every_number(capsys):
+    assert main(["hardware", "list"]) == 0
+    out, _ = capsys.readouterr()
+    assert "…" not in out and "..." not in out
+    v100 = next(line for line in out.splitlines() if "V100-SXM2-16GB" in line)
+    assert "15.7" in v100 and "125" in v100 and "900" in v100
