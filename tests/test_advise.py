@@ -169,12 +169,13 @@ def _plan(**rec):
 
 
 def test_console_line_plurals_units_and_cluster():
+    # the report's headline (scalelab.plan.story), after the cluster
     one = recommendation_line(_plan())
-    assert "1 device:" in one and "1 devices" not in one and "allreduce" not in one
-    assert "all 8 at efficiency 0.8 need 2,590 Gb/s" in one and "e+" not in one
+    assert "recommend 1 GPU at batch" in one and "1 GPUs" not in one and "allreduce" not in one
+    assert "8 devices at efficiency 0.8 need 2,590 Gb/s" in one and "e+" not in one
     assert "1 node x 8 A100, 10GbE" in one
     ps = recommendation_line(_plan(architecture="ps", gpus=8, num_ps=1, num_ps_min=1))
-    assert "on 8 devices" in ps and "1 parameter server " in ps
+    assert "recommend ps on 8 GPUs" in ps and "1 parameter server " in ps
     alone = recommendation_line(_plan(architecture="ps", gpus=1, num_ps=0, num_ps_min=0))
     assert "parameter server" not in alone
     small = recommendation_line(_plan(too_small="one step takes 1.6 ms: too small"))
