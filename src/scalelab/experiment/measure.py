@@ -77,9 +77,12 @@ def worker_threads(workers: int) -> int:
 def _start(cmds: list[list[str]], env: dict | None = None) -> list[subprocess.Popen]:
     # each in its own session, as the runner starts its ranks: with the kernel's session
     # autogroups, processes of one session share one group's CPU time
+    # and with the runner's OpenMP wait policy, so that they time what a rank would compute
+    from scalelab.runner.launch import training_environment
+
     return [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             env=env)
+                             env=training_environment(env))
             for cmd in cmds]
 
 

@@ -7,6 +7,13 @@ forward + backward + the exposed part of the all-reduce, ``apply_s`` the optimiz
 On the CPU the process group is Gloo and DDP wraps the CPU module, as always. On a GPU the
 model and every batch live on the rank's device, the process group is NCCL (initialised
 with ``device_id`` by :mod:`scalelab.runner.entry`) and DDP gets ``device_ids=[index]``.
+DDP's buckets are the gradients' own memory (``gradient_as_bucket_view=True``): by default
+DDP keeps its buckets beside the gradients, one more gradient-sized buffer, so a batch that
+fits a plain training step (what ``scalelab profile`` measures) could fail under DDP. With
+views it does not: vgg11 at 3x32x32, batch 2, one Gloo rank on the CPU peaked at 4,133 MiB
+resident plain, 4,594 MiB under DDP with its default buckets (+461 MiB, about its 507 MiB of
+gradients) and 4,095 MiB with bucket views, with the same final parameters.
+
 The GPU branch has not run on a GPU in this project's CPU tests (a ``gpu``-marked test
 covers it where CUDA is present).
 """
@@ -30,10 +37,10 @@ class DDPWorker:
         self.device = torch.device(device)
         self.comp = Computation(cfg.algorithm, self.device)
         self.module = self.comp.model(model.to(self.device))
-        if self.device.type == "cuda":
-            self.ddp = DistributedDataParallel(self.module, device_ids=[self.device.index])
-        else:
-            self.ddp = DistributedDataParallel(self.module)
+        # gradients are views into DDP's buckets: no second, gradient-sized copy (see above)
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        self.ddp = DistributedDataParallel(self.module, device_ids=ids,
+                                           gradient_as_bucket_view=True)
         self.opt = cfg.workload.make_optimizer(self.ddp.parameters())
         self.loss_fn = cfg.workload.loss_fn()
         self.scaler = self.comp.scaler()
