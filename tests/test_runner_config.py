@@ -14,7 +14,8 @@ BASE = ["run", "tests.toy_models:mlp", "--input-shape", "6", "--num-classes", "3
 @pytest.mark.parametrize("args,message", [
     (["--workers", "2", "--ps", "0"], "--ps must be >= 1"),
     (["--workers", "0"], "--workers must be >= 1"),
-    (["--workers", "2", "--ps", "1", "--colocate"], "--ps must equal --workers"),
+    (["--workers", "2", "--ps", "1", "--ps-placement", "colocated", "--launcher", "torchrun"],
+     "--ps must equal --workers"),
     (["--workers", "2", "--architecture", "allreduce", "--mode", "async"], "synchronous"),
     (["--workers", "2", "--mode", "async", "--checkpoint-dir", "d"], "need --mode sync"),
     (["--workers", "2", "--resume"], "need --checkpoint-dir"),
@@ -59,6 +60,15 @@ def test_roles_and_hosts():
     assert [co.role_of(r) for r in range(4)] == [
         ("worker", 0), ("server", 0), ("worker", 1), ("server", 1)]
     assert [co.host_of(r) for r in range(4)] == [0, 0, 1, 1] and co.num_hosts == 2
+    # any count on some of the hosts: server k on worker host k mod W, as the plan places them
+    some = RunConfig(workload=SPEC, workers=4, ps=3, colocate=True)
+    assert some.world_size == 7 and some.num_hosts == 4
+    assert [some.role_of(r) for r in range(7)] == [
+        ("worker", 0), ("worker", 1), ("worker", 2), ("worker", 3),
+        ("server", 0), ("server", 1), ("server", 2)]
+    assert [some.host_of(r) for r in range(7)] == [0, 1, 2, 3, 0, 1, 2]
+    more = RunConfig(workload=SPEC, workers=2, ps=3, colocate=True)
+    assert [more.host_of(more.server_rank(k)) for k in range(3)] == [0, 1, 0]
     ddp = RunConfig(workload=SPEC, workers=4, architecture="allreduce")
     assert ddp.ps == 0 and ddp.world_size == 4
     assert RunConfig.from_dict(co.to_dict()) == co

@@ -56,7 +56,12 @@ def register(subparsers) -> None:
                    help="even contiguous chunks, or whole tensors placed greedily")
     p.add_argument("--piece-size", type=bytes_arg, default=None, metavar="BYTES",
                    help="split shards into messages of this size (sync; e.g. 4MB)")
-    p.add_argument("--colocate", action="store_true", help="a server on every worker host")
+    p.add_argument("--colocate", action="store_true",
+                   help="servers on the worker hosts (as --ps-placement colocated)")
+    p.add_argument("--ps-placement", choices=["dedicated", "colocated"], default=None,
+                   help="colocated: server k on worker host k mod W, any --ps (the plan's "
+                        "placement; under torchrun --ps must equal --workers); default "
+                        "dedicated")
     p.add_argument("--emulate-network", default=None, metavar="RATE",
                    help="one network namespace per host, links shaped to RATE (e.g. 1gbit)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="S",
@@ -105,7 +110,8 @@ def config_from_args(args):
         architecture=args.architecture, shard_level=_shard_level(args), mode=args.mode,
         batch_size=args.batch_size,
         steps=args.steps, warmup_steps=args.warmup_steps, partition=args.partition,
-        piece_bytes=args.piece_size, colocate=args.colocate,
+        piece_bytes=args.piece_size,
+        colocate=args.colocate or args.ps_placement == "colocated",
         emulate_network=args.emulate_network, timeout_s=args.timeout,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, seed=args.seed, data=args.data,

@@ -1,9 +1,13 @@
 """The run configuration: one validated dataclass that every rank receives.
 
 Ranks and roles. Parameter-server jobs have ``workers + ps`` ranks. Without ``colocate``
-ranks ``0..W-1`` are workers and ``W..W+P-1`` servers; with ``colocate`` (a server on every
-worker host, P = W) ranks alternate worker, server, worker, server..., so that torchrun's
-node-major rank assignment with an even ``--nproc-per-node`` puts server k beside worker k.
+ranks ``0..W-1`` are workers and ``W..W+P-1`` servers; with ``colocate`` and a server on
+every worker host (P = W) ranks alternate worker, server, worker, server..., so that
+torchrun's node-major rank assignment with an even ``--nproc-per-node`` puts server k
+beside worker k. With ``colocate`` and another count (the local launcher), ranks are laid
+out as without it and server k runs on worker host ``k mod W``: ``floor(P/W)`` servers on
+every host and one more on the first ``P mod W``, as the plan places them
+(:func:`scalelab.theory.topology.servers_per_node`).
 All-reduce jobs have ``workers`` ranks, all workers. Rank 0 is always worker 0.
 """
 
@@ -105,11 +109,11 @@ class RunConfig:
             if ps < 1:
                 raise UsageError(
                     f"--ps must be >= 1 with the parameter-server architecture, got {ps}")
-            if self.colocate and ps != self.workers:
+            if self.colocate and ps != self.workers and self.launcher == "torchrun":
                 raise UsageError(
-                    f"--colocate puts one server on every worker host: --ps must equal "
-                    f"--workers ({self.workers}), got {ps}"
-                )
+                    f"--ps-placement colocated under torchrun puts one server beside every "
+                    f"worker: --ps must equal --workers ({self.workers}), got {ps} (another "
+                    f"count runs with the local launcher)")
         else:
             if ps not in (None, 0):
                 raise UsageError(
@@ -187,20 +191,27 @@ class RunConfig:
         assert 0 <= rank < self.world_size, rank
         if self.architecture != "ps":
             return "worker", rank
-        if self.colocate:
+        if self._alternating:
             return ("worker" if rank % 2 == 0 else "server"), rank // 2
         return ("worker", rank) if rank < self.workers else ("server", rank - self.workers)
 
+    @property
+    def _alternating(self) -> bool:
+        """Colocated with one server per worker: ranks alternate worker, server."""
+        return self.colocate and self.architecture == "ps" and self.ps == self.workers
+
     def worker_rank(self, k: int) -> int:
-        return 2 * k if (self.colocate and self.architecture == "ps") else k
+        return 2 * k if self._alternating else k
 
     def server_rank(self, k: int) -> int:
-        return 2 * k + 1 if self.colocate else self.workers + k
+        return 2 * k + 1 if self._alternating else self.workers + k
 
     def host_of(self, rank: int) -> int:
-        """Host index of a rank on an emulated network (colocated servers share a host)."""
+        """Host index of a rank on an emulated network (colocated servers share a worker's
+        host: server k on host ``k mod W``)."""
         if self.colocate and self.architecture == "ps":
-            return rank // 2
+            role, k = self.role_of(rank)
+            return k if role == "worker" else k % self.workers
         return rank
 
     @property
