@@ -6,11 +6,13 @@
 #   benchmarks/gpu_check.sh --device cpu --quick   # small models and sizes (minutes on a laptop)
 #
 # Steps, in this order, each with a time cap inside one overall budget (GPU_CHECK_BUDGET_S,
-# default 470 s, so the whole check ends within 8 minutes):
+# default 560 s, so the whole check ends within 10 minutes):
 #   1. pytest -m gpu            (the gpu-marked tests; pytest-rerunfailures not needed)
 #   2. scalelab run, 1 worker + 1 parameter server (worker on the GPU, server on the CPU)
 #   3. scalelab run, DDP (NCCL on the GPU)
 #   4. device bandwidth: host<->device copies, Gloo staged through pinned memory, NCCL
+#   4b. runner overhead: a bare training loop against scalelab run W=1 (all-reduce and PS),
+#      resnet50 at batches 32 and 128, fp32 defaults and channels_last+bf16_autocast
 #   5. scalelab profile resnet50 --device cuda --batch-sizes auto --algorithms auto
 #   6. scalelab plan --profile (the GPU profile), with its figure when matplotlib is there
 # It needs torch, torchvision (the models), rich (the command line) and, for parts, pytest
@@ -43,7 +45,7 @@ mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH="$ROOT/src:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export MPLBACKEND=Agg
-BUDGET_S=${GPU_CHECK_BUDGET_S:-470}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-560}
 START=$(date +%s)
 SUMMARY="$OUT/summary.tsv"
 printf 'step\tstatus\tseconds\tnote\n' > "$SUMMARY"
@@ -87,13 +89,19 @@ if [ "$QUICK" = 1 ]; then
   RUN=(--batch-size 4 --steps 4 --warmup-steps 1)
   PROFILE=(--batch-sizes 2,4 --algorithms none --steps 2 --warmup 1)
   BW=(--max-bytes 1048576 --budget-bytes 2e7)
+  OVERHEAD=("4:default"); OVERHEAD_SHAPE=("${SHAPE[@]}"); OVERHEAD_STEPS=(--steps 4 --warmup 1)
 else
   MODEL=resnet50; SHAPE=()
   RUN=(--batch-size 32 --steps 20)
   PROFILE=(--batch-sizes auto --algorithms auto)
   BW=(--budget-bytes 1e9)
+  OVERHEAD=("32:default" "128:default" "32:channels_last+bf16_autocast"
+            "128:channels_last+bf16_autocast")
+  OVERHEAD_SHAPE=(--input-shape 3,224,224 --num-classes 1000)
+  OVERHEAD_STEPS=(--steps 15 --warmup 5)
 fi
-[ "$HAVE_TV" = 1 ] || { MODEL=tests.toy_runner:convnet; SHAPE=(--input-shape 1,6,6 --num-classes 3); }
+[ "$HAVE_TV" = 1 ] || { MODEL=tests.toy_runner:convnet; SHAPE=(--input-shape 1,6,6 --num-classes 3)
+  OVERHEAD_SHAPE=("${SHAPE[@]}"); }
 
 { echo "device $DEVICE quick $QUICK python $PYTHON"; date -u
   "$PYTHON" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count()); [print(i, torch.cuda.get_device_name(i)) for i in range(torch.cuda.device_count())]"
@@ -123,6 +131,14 @@ fi
 # 4. bandwidth on the device
 RESERVE_S=120 step device-bandwidth 75 "$PYTHON" benchmarks/device_bandwidth.py --device "$DEVICE" \
   "${BW[@]}" --out "$OUT/device_bandwidth.json"
+
+# 4b. the runner against a bare loop (one repeat each: the device is not shared)
+for cfg in "${OVERHEAD[@]}"; do
+  b=${cfg%%:*}; alg=${cfg#*:}
+  RESERVE_S=110 step "overhead-b$b-${alg%%+*}" 75 "$PYTHON" benchmarks/runner_overhead.py \
+    --device "$DEVICE" --model "$MODEL" "${OVERHEAD_SHAPE[@]}" --batch-size "$b" --algorithm "$alg" \
+    --repeats 1 "${OVERHEAD_STEPS[@]}" --out "$OUT/overhead-b$b-${alg%%+*}.json"
+done
 
 # 5-6. profile on the device, then a plan from it
 if [ "$HAVE_CLI" = 0 ] || [ "$HAVE_TV" = 0 ]; then
@@ -173,6 +189,23 @@ if b:
                 if k.endswith("_Bps")))
     for what, why in b.get("skipped", {}).items():
         print(f"{what}: skipped ({why})")
+import glob
+for f in sorted(glob.glob(str(out / "overhead-*.json"))):
+    o = json.loads(Path(f).read_text())
+    c, sm = o["config"], o["summary"]
+    print(f"{Path(f).name}: batch {c['batch_size']} {c['algorithm']}: bare "
+          f"{sm['bare_samples_per_s']:.1f}/s, all-reduce {sm.get('allreduce_ratio', 0):.3f}, "
+          f"ps {sm.get('ps_ratio', 0):.3f} of it (goals 0.95 and 0.85)")
+r, b = load("run-ps.json"), load("device_bandwidth.json")
+if r and b and b.get("gloo"):
+    big = max(b["gloo"], key=lambda row: row["bytes"])
+    bw = max(v for k, v in big.items() if k.endswith("_Bps"))
+    ex = r["steps"].get("exchange_s") or {}
+    bound = 2 * r["param_bytes"] / bw
+    if ex.get("median"):
+        print(f"PS W=1 P=1 push+pull {ex['median'] * 1e3:.1f} ms against 2 S_p / B_gloo = "
+              f"{bound * 1e3:.1f} ms (B_gloo {bw / 1e9:.2f} GB/s, {big['bytes']} B messages): "
+              f"{ex['median'] / bound:.2f}x (goal <= 1.3)")
 pl = load("plan.json")
 if pl:
     print(f"plan.json: recommendation {pl.get('recommendation')}")

@@ -163,10 +163,13 @@ class WorkloadSpec:
             )
         return module
 
-    def make_optimizer(self, params) -> torch.optim.Optimizer:
+    def make_optimizer(self, params, fused: bool = False) -> torch.optim.Optimizer:
+        """The workload's optimizer; ``fused``: one kernel per pass over all parameters (the
+        parameter servers' flat pieces), the same arithmetic as the default loops."""
+        kw = {"fused": True} if fused else {}
         if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.lr)
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum)
+            return torch.optim.Adam(params, lr=self.lr, **kw)
+        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, **kw)
 
     def loss_fn(self) -> nn.Module:
         return nn.CrossEntropyLoss()

@@ -183,7 +183,8 @@ class Server:
             buf = torch.empty(piece.numel, dtype=params[0].dtype)
             pack(piece, [p.detach() for p in params], buf)
             self.values[piece.index] = torch.nn.Parameter(buf)
-        self.opts = {i: cfg.workload.make_optimizer([v]) for i, v in self.values.items()}
+        self.opts = {i: cfg.workload.make_optimizer([v], fused=True)
+                     for i, v in self.values.items()}
         W = cfg.workers
         self.recv = {(w, p.index): torch.empty(p.numel, dtype=params[0].dtype)
                      for w in range(W) for p in self.pieces}
