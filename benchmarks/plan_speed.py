@@ -1,8 +1,8 @@
 """How fast the planner sweeps, and how long the ``scalelab`` command takes as a whole.
 
 The sweep: 1..4,096 devices x 3 architectures x 6 networks. Every point is one call of
-``scalelab.planner.predict_step`` (the model the plan and the validation use), through
-``scalelab.planner.network_sweep``, for AlexNet-sized gradients (244 MB, 16 tensors placed
+``scalelab.plan.predict_step`` (the model the plan and the validation use), through
+``scalelab.plan.network_sweep``, for AlexNet-sized gradients (244 MB, 16 tensors placed
 as even chunks, parameter servers sized automatically) on nodes of 8 GPUs over NVLink 3.
 Goal: the whole grid in under one second. The best of a few repeats is reported (other
 processes share the cores), with the per-point cost.
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from scalelab.planner import ARCHITECTURES, Cluster, StepWorkload, network_sweep
+from scalelab.plan import ARCHITECTURES, Cluster, StepWorkload, network_sweep
 from scalelab.results import write_text_atomic
 
 NETWORKS = ("1GbE", "10GbE", "25GbE", "100GbE", "IB-FDR", "IB-NDR")

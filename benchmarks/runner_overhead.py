@@ -4,7 +4,8 @@ A bare loop (one process; one batch made once on the device; the workload's mode
 optimizer and loss; the computation configuration applied as the profiler applies it;
 each step timed with a synchronized clock on the CPU and CUDA events on a GPU; the median
 after the warm-up) against ``scalelab run`` with one worker, all-reduce (DDP) and parameter
-server (one server), same model, batch, optimizer and configuration. The bare loop runs in
+server (one server, shards sent in ``--piece-size`` pieces), same model, batch, optimizer
+and configuration. The bare loop runs in
 its own process with the thread count a one-worker rank gets, and the three are alternated
 ``--repeats`` times so that a change of load on the machine falls on all of them; each
 figure is the median over the repeats, each ratio is runner / bare within one repeat,
@@ -104,8 +105,9 @@ def run_runner(args, architecture: str) -> dict:
     from scalelab.workload import WorkloadSpec
 
     spec = WorkloadSpec(args.model, input_shape=args.input_shape, num_classes=args.num_classes)
+    pieces = args.piece_size if architecture == "ps" and args.piece_size else None
     cfg = RunConfig(workload=spec, workers=1, ps=1 if architecture == "ps" else None,
-                    architecture=architecture, batch_size=args.batch_size,
+                    architecture=architecture, piece_bytes=pieces, batch_size=args.batch_size,
                     steps=args.steps + args.warmup, warmup_steps=args.warmup,
                     timeout_s=600, device=args.device, algorithm=args.algorithm,
                     threads=args.threads or None)
@@ -130,6 +132,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for the bare loop and the rank (0: the rank's default)")
     ap.add_argument("--architectures", default="allreduce,ps")
+    ap.add_argument("--piece-size", type=int, default=4 * 2**20,
+                    help="the parameter server's message size in bytes (default 4 MiB, as "
+                    "ps_vs_ddp.py: pieces leave while backward goes on); 0: one per shard")
     ap.add_argument("--out", default="bench-out/runner_overhead.json")
     ap.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

@@ -8,7 +8,7 @@ from scalelab.cli import main
 from scalelab.errors import UsageError
 from scalelab.experiment import calibrate as calibration
 from scalelab.experiment.case import predict_case as predict
-from scalelab.planner import ModelParams, load_calibration
+from scalelab.plan import ModelParams, load_calibration
 from scalelab.results import read_json, write_json
 
 TRUE = ModelParams(bandwidth_efficiency=0.8, latency_s=0.002, overlap=0.3, compute_scale=1.1)

@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from scalelab import planner
+from scalelab import plan as planner
 from scalelab.errors import UsageError
-from scalelab.planner import (
+from scalelab.plan import (
     Cluster,
     ModelParams,
     PlanOptions,

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from scalelab.cli import main
-from scalelab.planner import Cluster, load_profile, plan
+from scalelab.plan import Cluster, load_profile, plan
 from scalelab.results import read_json
 
 

@@ -10,7 +10,7 @@ from scalelab.cli import main
 from scalelab.errors import UsageError
 from scalelab.experiment.case import predict_case as predict
 from scalelab.experiment.validate import expand, parse_grid
-from scalelab.planner import ModelParams
+from scalelab.plan import ModelParams
 from scalelab.results import read_json, write_json
 from tests.test_netem import left_by
 
@@ -215,3 +215,22 @@ def test_validation_results_are_dataclasses_with_the_file_form():
                    link={}, profile=[], contention=[], exchange_form="x")
     vd = json.loads(json.dumps(v.to_dict()))
     assert "calibration" not in vd and vd["cases"][0]["error"] == 0.25
+
+
+def test_colocated_servers_on_some_of_the_hosts_are_a_grid_key_and_a_prediction():
+    grid = parse_grid("workers=3 ps=1,2 ps_placement=colocated,dedicated rate=200mbit")
+    cases = expand(grid)
+    assert len(cases) == 4 and {c["ps_placement"] for c in cases} == {"colocated", "dedicated"}
+    # without the key a case's config is what it always was
+    assert "ps_placement" not in expand(parse_grid("workers=2"))[0]
+    with pytest.raises(UsageError, match="one of dedicated, colocated"):
+        parse_grid("ps_placement=elsewhere")
+    # 1 server on host 0 of 3: host 0's link takes the other two pushes (2 x 100 kB at
+    # 1 MB/s = 0.2 s a phase), where a dedicated server's takes all three (0.3 s)
+    co = predict(_inputs(workers=3, colocated=True))
+    dedicated = predict(_inputs(workers=3))
+    assert co.comm_s == pytest.approx(0.4) and dedicated.comm_s == pytest.approx(0.6)
+    assert co.bottleneck == "network-server"
+    # 2 servers on 3 hosts: a server's host takes 2 x 50 kB in, a host without one sends
+    # its whole 100 kB out: 0.1 s a phase either way
+    assert predict(_inputs(workers=3, ps=2, colocated=True)).comm_s == pytest.approx(0.2)

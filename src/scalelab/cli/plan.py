@@ -208,7 +208,7 @@ def _summary(plan) -> str:
 
 def plot_plan(plan, inp, cluster, path) -> None:
     """Speedup and efficiency against device count, per architecture and network."""
-    from scalelab import planner
+    from scalelab import plan as planner
     from scalelab.report.figures import plot_plan as draw
 
     compute_s = plan.inputs["compute_s"]

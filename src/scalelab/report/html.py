@@ -81,7 +81,7 @@ def _fmt_bytes(n: float | None) -> str:
 
 
 def _fmt_s(s: float | None) -> str:
-    from scalelab.planner import format_s
+    from scalelab.plan import format_s
 
     return "-" if s is None else format_s(s)
 
