@@ -14,8 +14,10 @@ def test_components_add_up_and_the_exact_split_sums_to_the_even_one():
     sizes = ModelSizes(((1000, 10), (1000,), (10, 1000)), unit_params=(11000, 10000),
                        per_sample_bytes=100.0)
     ddp = layout_memory(sizes, 4, "ddp", 8)
-    assert ddp.bucket_bytes == 4 * 21000  # DDP's gradient buckets copy the gradients
-    assert ddp.total_bytes == 3 * 4 * 21000 + 4 * 21000 + 800
+    assert ddp.bucket_bytes == 0  # the gradients are views of DDP's buckets
+    assert ddp.total_bytes == 3 * 4 * 21000 + 800
+    copies = layout_memory(sizes, 4, "ddp", 8, ddp_bucket_copies=True)
+    assert copies.total_bytes == ddp.total_bytes + 4 * 21000  # torch's default copies
     z3 = layout_memory(sizes, 4, "zero3", 8)
     assert z3.state.total_bytes == 3 * 4 * 21000 / 4
     assert z3.transient_bytes == zero.transient_bytes([11000, 10000], 4, "zero3",
@@ -34,9 +36,9 @@ def test_largest_batch_and_the_layout_that_fits():
     sizes = ModelSizes(((1_500_000, 1000),), unit_params=(50_000_000,) * 30,
                        per_sample_bytes=0.5e9, param_bytes_per_param=2,
                        grad_bytes_per_param=2, optimizer_bytes_per_param=12)
-    mem = 24e9
+    mem = 24 * 2**30
     ddp = layout_memory(sizes, 8, "ddp", 1)
-    assert ddp.state.total_bytes == 24e9 and ddp.largest_batch(mem) == 0  # 24 + 3 (buckets) > 21.6
+    assert ddp.state.total_bytes == 24e9 and ddp.largest_batch(mem) == 0  # 24 > 21.6 GiB
     fit = layout_that_fits(sizes, 8, 16, mem)
     assert fit is not None and fit.layout == "zero1"
     z1 = layout_memory(sizes, 8, "zero1", 16)
@@ -44,7 +46,7 @@ def test_largest_batch_and_the_layout_that_fits():
     assert z1.largest_batch(mem) == int((usable_bytes(mem) - z1.fixed_bytes) // 0.5e9)
     assert layout_that_fits(sizes, 8, 10_000, mem) is None
     line = explain(z1, mem)
-    assert "ZeRO-1" in line and "against 21.60 GB usable of 24.00 GB" in line
+    assert "ZeRO-1" in line and "against 21.60 GiB usable of 24.00 GiB" in line
 
 
 def test_activations_on_meta_equal_those_on_the_cpu():
@@ -64,3 +66,73 @@ def test_activations_on_meta_equal_those_on_the_cpu():
         one = activation_bytes(m, torch.empty(1, 1, 6, 6))
         ten = activation_bytes(m, torch.empty(10, 1, 6, 6))
     assert ten == 10 * one
+
+
+# -- the plan's memory check on the target device, whatever the profile's device --------
+
+def _plan(inp, device, gpus=8, batch=None):
+    from scalelab.plan import PlanOptions
+    from scalelab.plan.cluster import Cluster
+    from scalelab.plan.recommend import plan
+
+    cluster = Cluster(nodes=1, gpus_per_node=gpus, device=device)
+    return plan(inp, cluster, PlanOptions(batch_size=batch) if batch else PlanOptions())
+
+
+def test_vgg16_at_512_from_a_cpu_workload_on_a_16gb_v100_is_refused_with_the_reason():
+    from scalelab.plan.inputs import workload_from_dict
+
+    inp = workload_from_dict({"model": "vgg16", "batch_size": 512, "step_s": 40.0,
+                              "device": "cpu"})
+    p = _plan(inp, "V100-SXM2-16GB")
+    notes = [w.text for w in p.warnings if "does not fit the V100-SXM2-16GB" in w.text]
+    assert len(notes) == 1, p.warnings
+    note = notes[0]
+    assert "batch 512 per device" in note and "activations 35.27" in note
+    assert "usable of 16.00 GiB" in note and "fits at most batch" in note
+
+
+def test_resnet50_at_256_on_h100_from_a_cpu_profile_that_tried_only_batch_4(tmp_path):
+    from scalelab.plan.inputs import load_profile
+    from scalelab.profiler.memory import memory_components
+    from scalelab.results import write_json
+    from scalelab.workload import WorkloadSpec
+    from tests.toy_plan import profile_dict
+
+    prof = profile_dict(step_s=1.6, batch=4, param_bytes=102_228_128)
+    prof["workload"].update(model="resnet50", input_shape=[3, 224, 224], num_classes=1000)
+    prof["max_batch_size"] = 4  # the largest batch asked for, not a memory limit:
+    prof["max_batch_is_memory_limit"] = False
+    prof["memory_components"] = memory_components(WorkloadSpec("resnet50"))
+    path = tmp_path / "profile.json"
+    write_json(path, "profile", prof)
+    inp = load_profile(path)
+    assert inp.max_batch_size is None and inp.memory_components is not None
+    p = _plan(inp, "H100-SXM", batch=256)
+    assert p.recommendation.batch_size == 256
+    texts = [w.text for w in p.warnings]
+    assert not [w for w in texts if "fit" in w and "memory" in w.lower()], texts
+    # the same profile on a 16 GB V100 at 256 is objected to
+    p16 = _plan(inp, "V100-SXM2-16GB", batch=256)
+    assert any("does not fit the V100-SXM2-16GB" in w.text for w in p16.warnings)
+
+
+def test_a_model_too_large_for_one_device_gets_a_layout_that_fits():
+    from types import SimpleNamespace
+
+    from scalelab.plan.layouts import target_memory_note
+
+    # 2B parameters of fp32 SGD with momentum: 8 + 8 + 8 + 8 (buckets) GB > 16 GiB
+    comp = {"param_count": 2_000_000_000, "param_bytes": 8e9, "grad_bytes": 8e9,
+            "optimizer_bytes": 8e9, "activation_bytes_per_sample": 50e6,
+            "input_bytes_per_sample": 6e5, "tensor_shapes": [[40_000, 50_000]],
+            "unit_params": [50_000_000] * 40}
+    inp = SimpleNamespace(memory_components=comp, model=None, device="cpu",
+                          input_shape=(3, 224, 224), num_classes=1000)
+    note = target_memory_note(inp, 8, SimpleNamespace(device="V100-SXM2-16GB", gpus=8))
+    assert "does not fit even at batch 1 with plain data parallelism" in note
+    assert "it fits with ZeRO-2" in note and "on 8 GPU(s) at batch 8" in note
+    one = target_memory_note(inp, 8, SimpleNamespace(device="V100-SXM2-16GB", gpus=1))
+    assert "ZeRO-3 needs 2 devices for batch 1" in one
+    fits = target_memory_note(inp, 8, SimpleNamespace(device="H200", gpus=8))
+    assert fits == ""

@@ -269,7 +269,16 @@ def memory_check(inp: PlanInput, batch_size: int, cluster: Cluster) -> str | Non
     Only for a profile measured on a GPU (a CPU's resident memory includes the framework and
     says little about device memory). Fit: memory = intercept + per_sample * b; the largest
     batch that fits is :func:`scalelab.theory.memory.largest_batch`.
+
+    First, whatever the profile's device: the model's memory by component against the
+    target device (:func:`scalelab.plan.layouts.target_memory_note`); this fit only where
+    those cannot be known.
     """
+    from scalelab.plan.layouts import target_memory_note
+
+    judged = target_memory_note(inp, batch_size, cluster)
+    if judged is not None:
+        return judged or None
     if cluster.device is None or inp.fit_memory_bytes is None:
         return None
     src = hardware.match_device(inp.device)

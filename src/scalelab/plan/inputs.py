@@ -66,6 +66,8 @@ class PlanInput:
     """The profile was measured while the machine was busy (its figures are suspect)."""
     backward_fraction: float | None = None
     """Backward's share of the measured step (from the profile's split), 0..1."""
+    memory_components: dict | None = dataclasses.field(default=None, compare=False)
+    """The profile's memory by component (:func:`scalelab.profiler.memory.memory_components`)."""
 
     def __post_init__(self):
         where = f"{self.path}: " if self.path else ""
@@ -183,7 +185,9 @@ def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput
         device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
         load_s_per_sample=float(per_sample) if per_sample else None,
         batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
-        max_batch_size=data.get("max_batch_size"), path=where, busy=_busy(data),
+        max_batch_size=(data.get("max_batch_size") if data.get("max_batch_is_memory_limit", True)
+                        else None), path=where, busy=_busy(data),
+        memory_components=data.get("memory_components"),
         backward_fraction=_backward_fraction(batches_raw, rec),
         host_s_per_op=_host_s_per_op(data),
     )

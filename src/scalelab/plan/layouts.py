@@ -7,9 +7,10 @@ holds at its peak
 
 - ``state``: :func:`scalelab.theory.zero.model_state` (the paper's formulas), or exactly
   per rank from the tensors' shapes (:func:`scalelab.theory.zero.rank_state_bytes`);
-- ``buckets``: plain DDP copies the gradients into its buckets (torch's default,
-  ``gradient_as_bucket_view=False``): ``g Psi`` more; the ZeRO-1 runner lets the gradients
-  be views of the buckets (:mod:`scalelab.runner.fsdp`), so none;
+- ``buckets``: DDP's gradient buckets. Both of this project's DDP runners (plain and
+  ZeRO-1) make the gradients views of the buckets (``gradient_as_bucket_view=True``), so
+  the buckets are the gradients' memory and add nothing; torch's default
+  (``ddp_bucket_copies=True``) copies them, ``g Psi`` more;
 - ``transient``: what a sharded layout gathers inside a step
   (:func:`scalelab.theory.zero.transient_bytes`);
 - activations per sample: the tensors forward saves for backward
@@ -25,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from scalelab.theory import zero
 from scalelab.theory.memory import usable_bytes
@@ -77,7 +79,7 @@ class ModelSizes:
 
 
 def layout_memory(sizes: ModelSizes, ranks: int, layout: str, batch_size: int,
-                  rank: int | None = None) -> LayoutMemory:
+                  rank: int | None = None, ddp_bucket_copies: bool = False) -> LayoutMemory:
     """The peak of ``layout`` over ``ranks`` at ``batch_size``.
 
     ``rank=None``: the paper's even split (``Psi / N``); a rank index: exactly what that
@@ -93,7 +95,8 @@ def layout_memory(sizes: ModelSizes, ranks: int, layout: str, batch_size: int,
         state = zero.rank_state_bytes(sizes.shapes, ranks, rank, layout, between_steps=False,
                                       optimizer_bytes_per_param=sizes.optimizer_bytes_per_param,
                                       **kw)
-    buckets = sizes.grad_bytes_per_param * sizes.params if layout == "ddp" and ranks > 1 else 0
+    buckets = (sizes.grad_bytes_per_param * sizes.params
+               if ddp_bucket_copies and layout in ("ddp", "zero1") and ranks > 1 else 0)
     units = list(sizes.unit_params) or [sizes.params]
     transient = zero.transient_bytes(units, ranks, layout, **kw)
     return LayoutMemory(layout, ranks, batch_size, state, buckets, transient,
@@ -117,12 +120,105 @@ def layout_that_fits(sizes: ModelSizes, ranks: int, batch_size: int,
 
 
 def explain(m: LayoutMemory, device_memory_bytes: float) -> str:
-    """One line: the layout, its memory by component against the device, in GB."""
-    gb = 1e9
+    """One line: the layout, its memory by component against the device, in GiB."""
+    gb = 2**30
     return (f"{zero.LAYOUT_NAMES[m.layout]} on {m.ranks} GPU(s) at batch {m.batch_size}: "
             f"parameters {m.state.param_bytes / gb:.2f} + gradients {m.state.grad_bytes / gb:.2f}"
             f" + optimizer {m.state.optimizer_bytes / gb:.2f} + buckets/gathered "
             f"{(m.bucket_bytes + m.transient_bytes) / gb:.2f} + activations "
-            f"{m.activation_bytes / gb:.2f} = {m.total_bytes / gb:.2f} GB against "
-            f"{usable_bytes(device_memory_bytes) / gb:.2f} GB usable of "
-            f"{device_memory_bytes / gb:.2f} GB")
+            f"{m.activation_bytes / gb:.2f} = {m.total_bytes / gb:.2f} GiB against "
+            f"{usable_bytes(device_memory_bytes) / gb:.2f} GiB usable of "
+            f"{device_memory_bytes / gb:.2f} GiB")
+
+
+def sizes_from_components(c: dict) -> ModelSizes:
+    """:class:`ModelSizes` from a profile's ``memory_components``
+    (:func:`scalelab.profiler.memory.memory_components`)."""
+    n = max(int(c["param_count"]), 1)
+    shapes = tuple(tuple(int(d) for d in s) for s in c.get("tensor_shapes") or [[n]])
+    return ModelSizes(
+        shapes, tuple(int(u) for u in c.get("unit_params") or ()),
+        per_sample_bytes=float(c["activation_bytes_per_sample"]) + float(
+            c.get("input_bytes_per_sample") or 0),
+        param_bytes_per_param=c["param_bytes"] / n, grad_bytes_per_param=c["grad_bytes"] / n,
+        optimizer_bytes_per_param=c["optimizer_bytes"] / n)
+
+
+@lru_cache(maxsize=32)
+def _components_of(model: str, input_shape: tuple[int, ...], num_classes: int) -> dict | None:
+    from scalelab.errors import UsageError
+    from scalelab.profiler.memory import try_memory_components
+    from scalelab.workload import WorkloadSpec
+
+    try:
+        spec = WorkloadSpec(model, input_shape=input_shape, num_classes=num_classes)
+        return try_memory_components(spec)
+    except UsageError:
+        return None  # a model that cannot be built: no estimate
+
+
+def sizes_for(inp) -> ModelSizes | None:
+    """The model's sizes for a plan input (a PlanInput): from the profile's components,
+    else counted on meta tensors from the model it names; None when neither is known."""
+    comp = getattr(inp, "memory_components", None)
+    if comp is None and inp.model:
+        comp = _components_of(str(inp.model), tuple(inp.input_shape), int(inp.num_classes))
+    return sizes_from_components(comp) if comp else None
+
+
+def _ranks_for(sizes: ModelSizes, batch_size: int, device_memory_bytes: float,
+               start: int, limit: int = 4096) -> int | None:
+    """The fewest ranks (from ``start``) on which ZeRO-3 holds ``batch_size`` per rank."""
+    def fits(n: int) -> bool:
+        m = layout_memory(sizes, n, "zero3", batch_size)
+        return m.total_bytes <= usable_bytes(device_memory_bytes)
+
+    lo, n = max(start, 1), max(start, 1)
+    while n <= limit and not fits(n):  # doubling, then the first that fits below it
+        lo, n = n + 1, n * 2
+    if n > limit:
+        return None
+    return next(k for k in range(lo, n + 1) if fits(k))
+
+
+def target_memory_note(inp, batch_size: int, cluster) -> str | None:
+    """Whether ``batch_size`` per device fits the target device, from the model's sizes.
+
+    Returns None when it cannot be judged (no target memory in the catalog, no sizes),
+    ``""`` when plain data parallelism fits, else one line: what the batch needs against
+    the device, the largest batch that fits, and the layout (batch, devices) that fits.
+    Whatever device the profile came from: only the model's sizes are used, never the
+    batches a profile happened to try.
+    """
+    from scalelab import hardware
+
+    name = cluster.device or inp.device
+    dev = hardware.match_device(name) if name else None
+    if dev is None or not dev.memory_bytes:
+        return None
+    sizes = sizes_for(inp)
+    if sizes is None:
+        return None
+    mem = float(dev.memory_bytes)
+    gpus = max(int(cluster.gpus), 1)
+    ddp = layout_memory(sizes, gpus, "ddp", batch_size)
+    if ddp.total_bytes <= usable_bytes(mem):
+        return ""
+    largest = ddp.largest_batch(mem)
+    head = (f"batch {batch_size} per device does not fit the {dev.name}: "
+            + explain(ddp, mem) + (f"; plain data parallelism fits at most batch {largest}"
+                                   if largest >= 1 else "; the model does not fit even at "
+                                   "batch 1 with plain data parallelism"))
+    fit = layout_that_fits(sizes, gpus, batch_size, mem, layouts=zero.LAYOUTS[1:])
+    if fit is not None:
+        return head + f"; it fits with {explain(fit, mem)}"
+    best = max((layout_memory(sizes, gpus, lay, 1) for lay in zero.LAYOUTS),
+               key=lambda m: m.largest_batch(mem))
+    b = best.largest_batch(mem)
+    if b >= 1:
+        return head + (f"; on {gpus} device(s) no layout holds batch {batch_size}: "
+                       f"{zero.LAYOUT_NAMES[best.layout]} holds batch {b} "
+                       f"(use gradient accumulation of {math.ceil(batch_size / b)} steps)")
+    n = _ranks_for(sizes, 1, mem, gpus * 2)
+    return head + (f"; nothing fits on {gpus} device(s): ZeRO-3 needs {n} devices for "
+                   f"batch 1" if n else "; not even ZeRO-3 on 4096 devices holds batch 1")

@@ -6,6 +6,7 @@ CUDA about that device's index, never about device 0 by default.
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 
@@ -110,3 +111,73 @@ def activation_bytes(model: torch.nn.Module, batch: torch.Tensor, loss_fn=None) 
             out = loss_fn(out)
     del out
     return sum(seen.values())
+
+
+#: Optimizer state per parameter in the parameters' dtype units (SGD: one momentum buffer,
+#: Adam: two moments), as :meth:`scalelab.workload.WorkloadSpec.make_optimizer` builds them.
+OPTIMIZER_STATE_PER_PARAM = {"sgd": 1, "adam": 2}
+
+
+def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The units FSDP2 shards one by one: the model's top-level children that hold
+    parameters, a container child (``Sequential``, ``ModuleList``) opened one level down
+    (a ResNet's ``layer1`` gives its residual blocks). The root takes what is left."""
+    out: list[torch.nn.Module] = []
+    for child in model.children():
+        if not any(True for _ in child.parameters()):
+            continue
+        if isinstance(child, (torch.nn.Sequential, torch.nn.ModuleList)):
+            inner = [c for c in child.children() if any(True for _ in c.parameters())]
+            if len(inner) > 1:
+                out.extend(inner)
+                continue
+        out.append(child)
+    return out
+
+
+def memory_components(spec) -> dict:
+    """Memory by component of ``spec`` (a WorkloadSpec), counted on meta tensors.
+
+    Nothing is allocated, so any model can be counted, including one too large for the
+    device: parameters, gradients (same dtype), optimizer state (per
+    :data:`OPTIMIZER_STATE_PER_PARAM`), the activations forward saves for backward per
+    sample (:func:`activation_bytes` at batch 1 and 2, the difference), the input per
+    sample, each tensor's shape and the parameters of each FSDP unit (:func:`fsdp_units`).
+    fp32 throughout (the dtype the model is built in).
+    """
+    from scalelab.workload import logits_of
+
+    with torch.device("meta"):
+        model = spec.build_model(seed=None)
+    loss = spec.loss_fn()
+    per = []
+    for b in (1, 2):
+        with torch.device("meta"):
+            x = torch.empty((b, *spec.input_shape))
+            y = torch.zeros(b, dtype=torch.long)
+        per.append(activation_bytes(model, x, lambda o, y=y: loss(logits_of(o), y)))
+    params = [p for p in model.parameters() if p.requires_grad]
+    elem = params[0].element_size() if params else 4
+    numel = sum(p.numel() for p in params)
+    param_bytes = numel * elem
+    return {
+        "param_count": numel,
+        "param_bytes": param_bytes,
+        "grad_bytes": param_bytes,
+        "optimizer_bytes": OPTIMIZER_STATE_PER_PARAM.get(spec.optimizer, 1) * param_bytes,
+        "bytes_per_param": elem,
+        "activation_bytes_per_sample": max(per[1] - per[0], 0),
+        "activation_bytes_fixed": max(2 * per[0] - per[1], 0),
+        "input_bytes_per_sample": 4 * math.prod(spec.input_shape) + 8,
+        "tensor_shapes": [list(p.shape) for p in params],
+        "unit_params": [sum(p.numel() for p in u.parameters()) for u in fsdp_units(model)],
+        "counted_on": "meta tensors, fp32",
+    }
+
+
+def try_memory_components(spec) -> dict | None:
+    """:func:`memory_components`, or None for a model whose operations meta tensors lack."""
+    try:
+        return memory_components(spec)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        return None

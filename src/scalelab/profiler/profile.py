@@ -27,7 +27,7 @@ from scalelab.profiler import algorithms as algos
 from scalelab.profiler.device import parse_device, resolve_device
 from scalelab.profiler.host import measure_host_s_per_op
 from scalelab.profiler.input_pipeline import check_folder, profile_input
-from scalelab.profiler.memory import device_memory_bytes
+from scalelab.profiler.memory import device_memory_bytes, try_memory_components
 from scalelab.profiler.probe import Trial, TrialRunner
 from scalelab.profiler.search import Probe, find_max_batch, linear_fit, recommend_batch
 from scalelab.theory import memory
@@ -171,6 +171,8 @@ def run_profile(spec: WorkloadSpec, options: ProfileOptions | None = None,
         **_batches_and_fit(m),
         "memory_budget_bytes": budget,
         "max_batch_size": max_batch,
+        "max_batch_is_memory_limit": _is_memory_limit(opts, m, max_batch),
+        "memory_components": try_memory_components(spec),
         "max_batch_capped": bool(max_batch and max_batch >= opts.max_batch),
         "recommended_batch_size": recommended,
         "recommended_step_s": chosen_step,
@@ -207,6 +209,13 @@ class _Measured:
         else:
             self.memory_only[t.batch_size] = t
         return t
+
+
+def _is_memory_limit(opts, m: _Measured, max_batch: int | None) -> bool:
+    """Whether ``max_batch`` is where memory ran out (a larger batch was tried and did not
+    fit), not merely the largest batch asked for."""
+    failed = [b for b, t in m.memory_only.items() if not t.fits]
+    return bool(max_batch) and any(b > max_batch for b in failed)
 
 
 def _listed(runner, opts, m: _Measured, say) -> int | None:

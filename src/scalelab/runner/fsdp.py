@@ -42,20 +42,10 @@ KEEP = 2
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
-    """The units FSDP2 shards one by one: the model's top-level children that hold
-    parameters, a container child (``Sequential``, ``ModuleList``) opened one level down
-    (a ResNet's ``layer1`` gives its residual blocks). The root takes what is left."""
-    out: list[nn.Module] = []
-    for child in model.children():
-        if not any(True for _ in child.parameters()):
-            continue
-        if isinstance(child, (nn.Sequential, nn.ModuleList)):
-            inner = [c for c in child.children() if any(True for _ in c.parameters())]
-            if len(inner) > 1:
-                out.extend(inner)
-                continue
-        out.append(child)
-    return out
+    """The units FSDP2 shards one by one (:func:`scalelab.profiler.memory.fsdp_units`)."""
+    from scalelab.profiler.memory import fsdp_units
+
+    return fsdp_units(model)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
