@@ -7,8 +7,8 @@ from scalelab.algorithm_names import run_name
 from scalelab.cli import main
 from scalelab.runner import RunConfig, run_training
 from scalelab.runner.compute import flat
-from scalelab.runner.stage import pack, unpack
 from scalelab.runner.partition import make_layout
+from scalelab.runner.stage import pack, unpack
 from scalelab.workload import WorkloadSpec
 
 SPEC = WorkloadSpec("tests.toy_runner:probe", input_shape=(3, 6, 6), num_classes=3)

@@ -94,6 +94,22 @@ def test_batches_in_pinned_memory_for_a_gpu(folder):
         assert torch.equal(x, base.shard(0, 1)[0])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_gpu_worker_gets_its_batches_on_the_device_one_step_ahead(folder):
+    cfg = RunConfig(workload=SPEC, workers=W, batch_size=B, steps=STEPS, device="cuda",
+                    data=folder, loader_workers=1)
+    base = make_shards(SPEC, folder, seed=0, workers=W, batch_size=B)
+    with open_shards(cfg, 1, device="cuda:0") as batches:
+        x, y = batches.shard(0, 1)
+        batches.prefetch(1)  # copied on the side stream while step 0 would train
+        assert 1 in batches._ahead
+        x1, _ = batches.shard(1, 1)
+        assert x.device.type == "cuda" and y.device.type == "cuda"
+        assert torch.equal(x.cpu(), base.shard(0, 1)[0])
+        assert torch.equal(x1.cpu(), base.shard(1, 1)[0])
+
+
 def test_negative_loader_workers_is_one_line_and_exit_2(folder, capsys, tmp_path):
     code = main(["run", "tests.toy_runner:convnet", "--input-shape", "1,6,6", "--workers",
                  "2", "--data", folder, "--loader-workers", "-1", "--quiet",
