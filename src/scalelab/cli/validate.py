@@ -14,9 +14,10 @@ EPILOG = """examples:
   scalelab validate alexnet --input-shape 3,64,64 \\
       --grid "workers=2 ps=2 partition=balanced,tensor rate=1gbit" --calibration calibration.json
 
-grid keys (scalelab run option names): workers, ps, architecture, partition, batch_size, rate.
+grid keys (scalelab run option names): workers, ps, architecture, partition, batch_size, rate,
+ps_placement (dedicated, or colocated: server k on worker host k mod W, any count).
 Values are comma-separated; every combination is a case. `rate` emulates the network (one
-network namespace per rank, links shaped with tc tbf; needs root); without it ranks talk
+network namespace per host, links shaped with tc tbf; needs root); without it ranks talk
 over loopback. Error = (predicted - measured) / measured median step time.
 """
 

@@ -64,6 +64,8 @@ class CaseInputs:
     compute_floor_s: float = 0.0
     """The case's workers' compute timed with them meeting before each step (the slowest
     one's), seconds; T_C is never below it. 0: none measured."""
+    colocated: bool = False
+    """Servers on the workers' hosts (server k on host k mod W), sharing their links."""
 
     def __post_init__(self):
         if self.architecture not in CASE_ARCHITECTURES:
@@ -92,6 +94,8 @@ class CaseInputs:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["tensor_bytes"] = list(self.tensor_bytes)
+        if not self.colocated:
+            del d["colocated"]  # dedicated servers: the file form older cases have
         return d
 
     @classmethod
@@ -106,7 +110,8 @@ class CaseInputs:
                        bandwidth_Bps=float(d["bandwidth_Bps"]),
                        latency_s=float(d["latency_s"]), full_duplex=bool(d["full_duplex"]),
                        floor_step_s=float(d.get("floor_step_s") or 0.0),
-                       compute_floor_s=float(d.get("compute_floor_s") or 0.0))
+                       compute_floor_s=float(d.get("compute_floor_s") or 0.0),
+                       colocated=bool(d.get("colocated", False)))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
 
@@ -136,7 +141,7 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
                             io_s=io_s, tensor_bytes=inputs.tensor_bytes)
     setup = StepSetup(architecture=inputs.architecture, workers=inputs.workers,
                       num_ps=inputs.ps or 1, partition=inputs.partition,
-                      full_duplex=inputs.full_duplex,
+                      full_duplex=inputs.full_duplex, colocated=inputs.colocated,
                       worker_bandwidth_Bps=inputs.bandwidth_Bps,
                       ps_bandwidth_Bps=inputs.bandwidth_Bps,
                       latency_s=inputs.latency_s + params.latency_s)

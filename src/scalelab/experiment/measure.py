@@ -306,7 +306,7 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
         compute_s=compute_of(lone, arch), contention=meas.contention(b, w, arch),
         bandwidth_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
         full_duplex=full_duplex_of(exchange_form), floor_step_s=floor,
-        compute_floor_s=compute_floor)
+        compute_floor_s=compute_floor, colocated=config.get("ps_placement") == "colocated")
 
 
 def _median(steps: dict, name: str) -> float | None:

@@ -40,9 +40,13 @@ from scalelab.theory import amdahl
 from scalelab.workload import WorkloadSpec
 
 SCHEMA_KIND = "validation"
-GRID_KEYS = ("workers", "ps", "architecture", "partition", "batch_size", "rate")
+GRID_KEYS = ("workers", "ps", "architecture", "partition", "batch_size", "rate",
+             "ps_placement")
 _INT_KEYS = ("workers", "ps", "batch_size")
-_CHOICES = {"architecture": ("ps", "allreduce"), "partition": ("balanced", "tensor")}
+_CHOICES = {"architecture": ("ps", "allreduce"), "partition": ("balanced", "tensor"),
+            "ps_placement": ("dedicated", "colocated")}
+# keys a case's config carries only when the grid names them (older files have none)
+_OPTIONAL_KEYS = ("ps_placement",)
 _DEFAULTS = {"workers": 2, "architecture": "ps", "partition": "balanced", "batch_size": 32}
 
 
@@ -100,8 +104,10 @@ def parse_grid(text: str) -> dict[str, list]:
 
 
 def expand(grid: dict[str, list]) -> list[dict[str, Any]]:
-    """Every combination, as ``config`` dicts; all-reduce cases have no servers (deduped)."""
-    keys = list(GRID_KEYS)
+    """Every combination, as ``config`` dicts; all-reduce cases have no servers (deduped).
+    ``ps_placement=colocated`` puts server k on worker host k mod W (the runner's
+    ``--ps-placement colocated``)."""
+    keys = [k for k in GRID_KEYS if k not in _OPTIONAL_KEYS or k in grid]
     axes = [grid.get(k, [_DEFAULTS.get(k)] if k != "ps" else [None]) for k in keys]
     cases, seen = [], set()
     for combo in itertools.product(*axes):
@@ -109,6 +115,8 @@ def expand(grid: dict[str, list]) -> list[dict[str, Any]]:
         if c["architecture"] == "allreduce":
             c["ps"] = None
             c["partition"] = None
+            if "ps_placement" in c:
+                c["ps_placement"] = None
         elif c["ps"] is None:
             c["ps"] = 1
         key = tuple(c.items())
@@ -127,6 +135,8 @@ def config_key(config: dict[str, Any]) -> tuple:
         key["rate"] = netem.parse_rate(key["rate"])
     if key["architecture"] == "allreduce":
         key["ps"] = key["partition"] = None
+    if key["ps_placement"] == "dedicated":
+        key["ps_placement"] = None  # the default, as files without the key have it
     return tuple(key.items())
 
 
@@ -134,6 +144,8 @@ def describe_config(config: dict[str, Any]) -> str:
     parts = [f"{config['architecture']}", f"W={config['workers']}"]
     if config["architecture"] == "ps":
         parts.append(f"P={config['ps']}")
+        if config.get("ps_placement") == "colocated":
+            parts.append("colocated")
         if config.get("partition") == "tensor":
             parts.append("tensor")
     parts.append(f"b={config['batch_size']}")
@@ -266,6 +278,7 @@ def _run_config(spec, config, options: ValidationOptions):
         architecture=config["architecture"], batch_size=config["batch_size"],
         steps=options.steps, warmup_steps=options.warmup_steps,
         partition=config.get("partition") or "balanced", emulate_network=config.get("rate"),
+        colocate=config.get("ps_placement") == "colocated",
         timeout_s=options.timeout_s, seed=options.seed,
         # the cases' compute and contention are measured on this machine's CPU cores, so
         # the runs that check them train there too (a GPU validation would need both)
