@@ -164,6 +164,21 @@ def test_describe_is_cached(cache, monkeypatch):
     assert calls == [False, True]
 
 
+def test_memory_components_are_cached(cache, monkeypatch):
+    from scalelab.profiler import memory
+
+    calls = []
+    monkeypatch.setattr(memory, "try_memory_components",
+                        lambda spec: calls.append(spec.model) or {"param_bytes": 4})
+    spec = WorkloadSpec("resnet50")
+    assert opcache.memory_components(spec) == {"param_bytes": 4}
+    opcache.clear_memory()
+    assert opcache.memory_components(spec) == {"param_bytes": 4}
+    assert calls == ["resnet50"]
+    opcache.memory_components(WorkloadSpec("resnet50", optimizer="adam"))
+    assert calls == ["resnet50", "resnet50"]
+
+
 def test_fit_and_bands_are_cached(cache, monkeypatch):
     calls = []
     monkeypatch.setattr(fitmod, "fit", lambda: calls.append("fit") or "F")

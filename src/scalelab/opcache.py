@@ -10,6 +10,7 @@ each is computed once and kept in the per-user cache (:func:`scalelab.paths.cach
     <cache>/ops/<key>.pkl        StepOps of (model, input shape, classes, optimizer, batch)
     <cache>/describe/<key>.pkl   WorkloadInfo of (model, input shape, classes, with FLOPs)
     <cache>/fit/<key>.pkl        (Fit, Bands) of the packaged reference data
+    <cache>/memory/<key>.pkl     memory components of (model, input shape, classes, optimizer)
 
 A key is the SHA-256 of everything the value depends on: the inputs above, the torch and
 torchvision versions, :data:`FORMAT_VERSION` and the content of the source and data files
@@ -53,6 +54,7 @@ _SOURCES = {
     "ops": ("scalelab.opcount", ()),
     "describe": ("scalelab.workload", ()),
     "fit": ("scalelab.hardware.fit", ("hardware/*.toml",)),
+    "memory": ("scalelab.profiler.memory", ()),
 }
 
 T = TypeVar("T")
@@ -220,6 +222,22 @@ def describe(spec: WorkloadSpec | str, flops: bool = True) -> WorkloadInfo:
     fields = {"model": spec.model, "input_shape": list(spec.input_shape),
               "num_classes": spec.num_classes, "flops": bool(flops)}
     return cached("describe", fields, run, persist=_on_disk(spec))
+
+
+def memory_components(spec: WorkloadSpec | str) -> dict | None:
+    """:func:`scalelab.profiler.memory.try_memory_components` (parameters, gradients,
+    optimizer state, activations per sample, counted on meta tensors), once per (model,
+    input shape, classes, optimizer, torch version) and kept on disk."""
+    spec = _spec(spec)
+
+    def run():
+        from scalelab.profiler import memory
+
+        return memory.try_memory_components(spec)
+
+    fields = {"model": spec.model, "input_shape": list(spec.input_shape),
+              "num_classes": spec.num_classes, "optimizer": spec.optimizer}
+    return cached("memory", fields, run, persist=_on_disk(spec))
 
 
 def fit_and_bands() -> tuple[Fit, Bands]:

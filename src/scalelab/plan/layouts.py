@@ -147,12 +147,12 @@ def sizes_from_components(c: dict) -> ModelSizes:
 @lru_cache(maxsize=32)
 def _components_of(model: str, input_shape: tuple[int, ...], num_classes: int) -> dict | None:
     from scalelab.errors import UsageError
-    from scalelab.profiler.memory import try_memory_components
+    from scalelab.opcache import memory_components
     from scalelab.workload import WorkloadSpec
 
     try:
         spec = WorkloadSpec(model, input_shape=input_shape, num_classes=num_classes)
-        return try_memory_components(spec)
+        return memory_components(spec)
     except UsageError:
         return None  # a model that cannot be built: no estimate
 
