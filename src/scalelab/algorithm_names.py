@@ -8,12 +8,31 @@ computes in (``bf16``, ``fp16``, ``tf32``, ``fp32``); :func:`run_name` turns eit
 
 from __future__ import annotations
 
+from scalelab.errors import UsageError
+
 OPTIONS = ("channels_last", "bf16_autocast", "fp16_autocast", "cudnn_benchmark", "tf32",
            "fp32_strict")
 
 #: the run configuration that computes in a precision the plan names
 _BY_PRECISION = {"bf16": "bf16_autocast", "fp16": "fp16_autocast", "tf32": "tf32",
                  "fp32": "default"}
+
+
+def parse(name: str) -> frozenset[str]:
+    """'channels_last+bf16_autocast' -> its options; 'default' -> none; UsageError for an
+    unknown option or two that contradict each other."""
+    if name == "default":
+        return frozenset()
+    opts = frozenset(name.split("+"))
+    unknown = sorted(opts - set(OPTIONS))
+    if unknown:
+        raise UsageError(f"unknown computation option(s) {', '.join(unknown)} "
+                         f"(known: default, {', '.join(OPTIONS)})")
+    if {"bf16_autocast", "fp16_autocast"} <= opts:
+        raise UsageError(f"{name!r}: choose one of bf16_autocast and fp16_autocast")
+    if {"tf32", "fp32_strict"} <= opts:
+        raise UsageError(f"{name!r}: choose one of tf32 and fp32_strict")
+    return opts
 
 
 def is_name(text: str) -> bool:

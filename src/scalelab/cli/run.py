@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -144,6 +145,11 @@ def run(args) -> int:
     from scalelab.results import write_json
     from scalelab.runner import run_training
 
+    if args.launcher == "torchrun":  # this process is the rank: set before torch loads OpenMP
+        from scalelab.runner.launch import OMP_ENV
+
+        for key, value in OMP_ENV.items():
+            os.environ.setdefault(key, value)
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else None
     ranks_path = out.with_name(out.stem + ".ranks.jsonl") if out else None

@@ -28,8 +28,7 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from scalelab.algorithm_names import OPTIONS
-from scalelab.errors import UsageError
+from scalelab.algorithm_names import parse
 
 CPU_CANDIDATES = ("default", "channels_last", "bf16_autocast", "channels_last+bf16_autocast")
 CUDA_CANDIDATES = (
@@ -37,22 +36,6 @@ CUDA_CANDIDATES = (
     "channels_last+cudnn_benchmark", "bf16_autocast+cudnn_benchmark",
     "fp16_autocast+cudnn_benchmark", "channels_last+bf16_autocast+cudnn_benchmark",
 )
-
-
-def parse(name: str) -> frozenset[str]:
-    """'channels_last+bf16_autocast' -> its options; 'default' -> none."""
-    if name == "default":
-        return frozenset()
-    opts = frozenset(name.split("+"))
-    unknown = sorted(opts - set(OPTIONS))
-    if unknown:
-        raise UsageError(f"unknown computation option(s) {', '.join(unknown)} "
-                         f"(known: default, {', '.join(OPTIONS)})")
-    if {"bf16_autocast", "fp16_autocast"} <= opts:
-        raise UsageError(f"{name!r}: choose one of bf16_autocast and fp16_autocast")
-    if {"tf32", "fp32_strict"} <= opts:
-        raise UsageError(f"{name!r}: choose one of tf32 and fp32_strict")
-    return opts
 
 
 def candidates(device: str | torch.device, input_dims: int) -> list[str]:

@@ -42,7 +42,7 @@ FSDP_EXCHANGE = {
 
 def _check_algorithm(cfg) -> None:
     """The computation configuration must parse and make sense for the run."""
-    from scalelab.profiler.algorithms import parse
+    from scalelab.algorithm_names import parse
 
     opts = parse(cfg.algorithm)  # UsageError for an unknown option or a contradiction
     if "fp16_autocast" in opts and cfg.architecture == "ps":
