@@ -363,7 +363,11 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
                 f"--node-rank 0 --master-addr HOST0 --master-port 29500 -m scalelab run "
                 f"{model} --workers {gpus} --ps {num_ps} --ps-placement colocated {args} "
                 f"--launcher torchrun (servers on the nodes' CPUs: {server_hosts(hosts)}; "
-                "node j starts its GPUs' workers plus its servers)")
+                "node j starts its GPUs' workers plus its servers"
+                + ("" if num_ps == gpus else
+                   f"; under torchrun scalelab run places colocated servers one beside each "
+                   f"worker only (--ps {gpus}): this layout runs on emulated hosts, "
+                   "scalelab validate --grid \"ps_placement=colocated ...\"") + ")")
     return (f"torchrun --nnodes {nodes + 1} --nproc-per-node {per_node} "
             f"--node-rank 0 --master-addr HOST0 --master-port 29500 -m scalelab run {model} "
             f"--workers {gpus} --ps {num_ps} {args} --launcher torchrun"
