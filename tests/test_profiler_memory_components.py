@@ -43,3 +43,20 @@ def test_profile_writes_components_and_a_listed_batch_is_no_memory_limit(tmp_pat
     inp = load_profile(out)
     assert inp.max_batch_size is None  # batch 8 is not refused for the list's sake
     assert inp.memory_components == comp
+
+
+def test_a_model_that_fits_no_batch_is_counted_instead(tmp_path, capsys):
+    from scalelab.profiler.memory import too_large_note
+
+    comp = {"param_count": 1000, "param_bytes": 4000, "grad_bytes": 4000,
+            "optimizer_bytes": 4000, "activation_bytes_per_sample": 1000,
+            "input_bytes_per_sample": 24}
+    note = too_large_note(comp, 4024)  # 12,000 bytes of state over 3,000 free per device
+    assert "ZeRO-3 needs at least 4 devices of this budget for batch 1" in note
+    assert "exceed the budget" in too_large_note(comp, 1000)
+    assert too_large_note(None, 1) == ""
+    code = main(["profile", CONV.model, "--input-shape", "3,16,16", "--num-classes", "4",
+                 "--batch-sizes", "1", "--memory-budget", "1MiB", "--algorithms", "none",
+                 "--out", str(tmp_path / "p.json"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "counted on meta tensors it needs parameters" in err[0]

@@ -181,3 +181,30 @@ def try_memory_components(spec) -> dict | None:
         return memory_components(spec)
     except (RuntimeError, NotImplementedError, TypeError, ValueError):
         return None
+
+
+def too_large_note(components: dict | None, budget_bytes: float) -> str:
+    """What a model that fits no batch of the device needs, from its components, and on
+    how many such devices ZeRO-3 (every part sharded) would hold batch 1 (gathered units
+    left out: a lower bound); "" without components."""
+    from scalelab.theory import zero
+
+    if not components:
+        return ""
+    n_params = max(int(components["param_count"]), 1)
+    per_param = [components[k] / n_params for k in ("param_bytes", "grad_bytes",
+                                                   "optimizer_bytes")]
+    one = components["activation_bytes_per_sample"] + components.get(
+        "input_bytes_per_sample", 0)
+    plain = zero.model_state(n_params, 1, "ddp", param_bytes_per_param=per_param[0],
+                             grad_bytes_per_param=per_param[1],
+                             optimizer_bytes_per_param=per_param[2])
+    gib = 2**30
+    text = (f"; counted on meta tensors it needs parameters {plain.param_bytes / gib:.2f} + "
+            f"gradients {plain.grad_bytes / gib:.2f} + optimizer "
+            f"{plain.optimizer_bytes / gib:.2f} GiB + {one / gib:.3f} GiB per sample")
+    if one >= budget_bytes:
+        return text + ": one sample's activations alone exceed the budget"
+    need = math.ceil(plain.total_bytes / (budget_bytes - one))
+    return text + (f"; ZeRO-3 needs at least {need} devices of this budget for batch 1 "
+                   "(model state and activations only)")

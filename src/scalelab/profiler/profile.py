@@ -27,7 +27,11 @@ from scalelab.profiler import algorithms as algos
 from scalelab.profiler.device import parse_device, resolve_device
 from scalelab.profiler.host import measure_host_s_per_op
 from scalelab.profiler.input_pipeline import check_folder, profile_input
-from scalelab.profiler.memory import device_memory_bytes, try_memory_components
+from scalelab.profiler.memory import (
+    device_memory_bytes,
+    too_large_note,
+    try_memory_components,
+)
 from scalelab.profiler.probe import Trial, TrialRunner
 from scalelab.profiler.search import Probe, find_max_batch, linear_fit, recommend_batch
 from scalelab.theory import memory
@@ -235,7 +239,8 @@ def _nothing_measured(spec: WorkloadSpec, m: _Measured, budget: int) -> str:
     first = min(m.memory_only) if m.memory_only else 1
     reason = m.memory_only[first].reason if m.memory_only else "no fit"
     return (f"the memory budget ({budget / 2**20:.0f} MiB) is too small for batch {first} "
-            f"of {spec.model} ({reason})")
+            f"of {spec.model} ({reason})"
+            + too_large_note(try_memory_components(spec), budget))
 
 
 def _batches_and_fit(m: _Measured) -> dict[str, Any]:
