@@ -116,3 +116,21 @@ def test_a_plan_recommending_an_algorithm_launches_with_it():
             assert flag in launch
         else:
             assert "--algorithm" not in launch
+
+
+@pytest.mark.dist
+def test_validation_times_its_compute_in_the_runs_configuration(tmp_path, monkeypatch):
+    from scalelab.errors import UsageError
+    from scalelab.experiment.measure import time_concurrently
+    from scalelab.experiment.validate import ValidationOptions, _run_config
+
+    monkeypatch.setenv("TOY_PROBE_DIR", str(tmp_path))
+    monkeypatch.setenv("RANK", "0")  # the probe writes from rank processes only
+    [t] = time_concurrently(SPEC, 4, 1, 1, 2, algorithm="channels_last+bf16_autocast")
+    assert t["algorithm"] == "channels_last+bf16_autocast"
+    assert _seen(tmp_path) == {"channels_last channels_last torch.bfloat16"}
+    options = ValidationOptions(algorithm="channels_last")
+    cfg = _run_config(SPEC, {"workers": 2, "architecture": "ps", "batch_size": 4}, options)
+    assert cfg.algorithm == "channels_last"
+    with pytest.raises(UsageError, match="unknown computation option"):
+        ValidationOptions(algorithm="fast")

@@ -46,6 +46,9 @@ def register(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds any wait in a run may take (default 120)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--algorithm", default="default", metavar="NAME",
+                   help="computation configuration every run and every compute timing uses, "
+                   "as `scalelab run --algorithm` takes it (e.g. channels_last)")
     p.add_argument("--out", default="validation.json", help="default validation.json")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="predicted vs measured (y = x) and speedup against workers")
@@ -125,7 +128,7 @@ def run(args) -> int:
     grid = parse_grid(args.grid)
     options = ValidationOptions(steps=args.steps, warmup_steps=args.warmup_steps,
                                 profile_steps=args.profile_steps, timeout_s=args.timeout,
-                                seed=args.seed)
+                                seed=args.seed, algorithm=args.algorithm)
     calibration = (Calibration.from_dict(read_json(args.calibration, "calibration"),
                                          str(args.calibration))
                    if args.calibration else None)

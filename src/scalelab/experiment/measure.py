@@ -86,8 +86,21 @@ def _start(cmds: list[list[str]], env: dict | None = None) -> list[subprocess.Po
             for cmd in cmds]
 
 
+def _spec_json(spec: WorkloadSpec, algorithm: str) -> str:
+    """What a timing process is told to train: the workload and its computation
+    configuration (``algorithm``, as ``scalelab run --algorithm`` takes it)."""
+    return json.dumps({**spec.to_dict(), "algorithm": algorithm})
+
+
+def _spec_of(spec_json: str) -> tuple[WorkloadSpec, str]:
+    d = json.loads(spec_json)
+    algorithm = d.pop("algorithm", "default")
+    return WorkloadSpec.from_dict(d), algorithm
+
+
 def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threads: int,
-                      steps: int, seed: int = 0, timeout_s: float = 300.0) -> list[dict]:
+                      steps: int, seed: int = 0, timeout_s: float = 300.0,
+                      algorithm: str = "default") -> list[dict]:
     """Time ``steps`` training steps in ``processes`` processes at once; one dict each.
 
     Every process builds the model and warms up, then all start timing together (a line on
@@ -95,17 +108,17 @@ def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threa
     the runner's ranks do, so the scheduler shares the cores between them as in a run.
     """
     cmd = [sys.executable, "-m", "scalelab.experiment.measure", "--time-steps",
-           json.dumps(spec.to_dict()), str(batch_size), str(threads), str(steps), str(seed)]
+           _spec_json(spec, algorithm), str(batch_size), str(threads), str(steps), str(seed)]
     return _time_together([cmd] * processes, timeout_s)
 
 
 def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, workers: int,
                           loader_workers: int, threads: int, steps: int, seed: int = 0,
-                          timeout_s: float = 300.0) -> list[dict]:
+                          timeout_s: float = 300.0, algorithm: str = "default") -> list[dict]:
     """Worker k of ``workers`` (all at once) trains ``steps`` steps on its shards of the image
     folder ``data``, read through ``loader_workers`` loader processes; one dict per worker
     with the medians of ``data_s`` (the wait for the batch) and of each compute phase."""
-    spec_json = json.dumps(spec.to_dict())
+    spec_json = _spec_json(spec, algorithm)
     cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-fed-steps",
              spec_json, str(batch_size), str(threads), str(steps), str(seed), data,
              str(loader_workers), str(workers), str(k)] for k in range(workers)]
@@ -114,7 +127,7 @@ def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, worker
 
 def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
                           steps: int, seed: int = 0, timeout_s: float = 300.0,
-                          ddp: bool = True) -> list[dict]:
+                          ddp: bool = True, algorithm: str = "default") -> list[dict]:
     """``workers`` DDP processes on Gloo over loopback (127.0.0.1) train ``steps`` steps at
     once, as the runner's all-reduce workers do; one dict per rank, a
     :class:`~scalelab.profiler.timing.StepTiming` (``step_s``: forward + backward with its
@@ -122,7 +135,7 @@ def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, thr
     step instead (its wait is the timing's ``data_s``)."""
     from scalelab.runner.launch import free_port
 
-    spec_json, port = json.dumps(spec.to_dict()), free_port()
+    spec_json, port = _spec_json(spec, algorithm), free_port()
     cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-ddp-steps",
              spec_json, str(batch_size), str(threads), str(steps), str(seed), str(port),
              str(workers), str(rank), str(int(ddp))] for rank in range(workers)]
@@ -189,8 +202,10 @@ class Measurements:
     """
 
     def __init__(self, spec: WorkloadSpec, profile_steps: int = 5, probe_seconds: float = 1.0,
-                 seed: int = 0, fresh_profiles: bool = True, say=None):
+                 seed: int = 0, fresh_profiles: bool = True, say=None,
+                 algorithm: str = "default"):
         self.spec, self.profile_steps, self.probe_seconds = spec, profile_steps, probe_seconds
+        self.algorithm = algorithm  # every timing trains in the runs' configuration
         self.seed, self.fresh_profiles = seed, fresh_profiles
         self.say = say or (lambda msg: None)
         self.lone: dict[tuple[int, int], dict] = {}
@@ -212,7 +227,8 @@ class Measurements:
         if key not in self.lone:
             self.say(f"profiling batch {batch_size} on {threads} thread(s)")
             self.lone[key] = time_concurrently(self.spec, batch_size, 1, threads,
-                                               self.profile_steps, self.seed)[0]
+                                               self.profile_steps, self.seed,
+                                               algorithm=self.algorithm)[0]
             self.profiles.append({"batch_size": batch_size, **self.lone[key]})
         return self.lone[key]
 
@@ -225,7 +241,7 @@ class Measurements:
                 self.say(f"timing {workers} workers at once (contention), batch {batch_size}")
                 self.crowd[key] = time_concurrently(
                     self.spec, batch_size, workers, worker_threads(workers),
-                    self.profile_steps, self.seed)
+                    self.profile_steps, self.seed, algorithm=self.algorithm)
         return self.crowd[key]
 
     def contention(self, batch_size: int, workers: int, architecture: str) -> float:
@@ -248,7 +264,7 @@ class Measurements:
             repeats = [time_ddp_concurrently(self.spec, batch_size, workers,
                                              worker_threads(workers),
                                              max(FED_STEPS, self.profile_steps), self.seed,
-                                             ddp=ddp)
+                                             ddp=ddp, algorithm=self.algorithm)
                        for _ in range(FLOOR_REPEATS)]
             self.ddp[key] = min(repeats, key=median_step_s if ddp
                                 else lambda ts: fed_step_of(ts, "ps"))
@@ -263,7 +279,7 @@ class Measurements:
                      f"batch {batch_size}")
             self.fed[key] = time_fed_concurrently(
                 self.spec, data, batch_size, workers, loader_workers, worker_threads(workers),
-                max(FED_STEPS, self.profile_steps), self.seed)
+                max(FED_STEPS, self.profile_steps), self.seed, algorithm=self.algorithm)
         return self.fed[key]
 
     def link(self, rate: str | None) -> dict:
@@ -331,22 +347,25 @@ def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
     import torch
 
     torch.set_num_threads(threads)
-    spec = WorkloadSpec.from_dict(json.loads(spec_json))
-    _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed)
+    spec, algorithm = _spec_of(spec_json)
+    _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
+                    algorithm=algorithm)
 
 
 def _time_when_told(spec: WorkloadSpec, model, batch_size: int, threads: int, steps: int,
-                    seed: int, batches=None, settle: int = 1, **extra) -> None:
+                    seed: int, batches=None, settle: int = 1, algorithm: str = "default",
+                    **extra) -> None:
     """Warm ``model`` up, say ``ready``, wait for the go line, then time ``steps`` steps
     after ``settle`` untimed ones with :func:`scalelab.profiler.time_steps` (on ``batches``
     when given) and print them, with ``extra``, as one JSON line."""
     from scalelab.profiler import time_steps
 
-    time_steps(spec, model, batch_size, warmup=1, steps=1, seed=seed, batches=batches)
+    time_steps(spec, model, batch_size, algorithm=algorithm, warmup=1, steps=1, seed=seed,
+               batches=batches)
     print("ready", flush=True)
     sys.stdin.readline()
-    t = time_steps(spec, model, batch_size, warmup=settle, steps=steps, seed=seed,
-                   batches=batches)
+    t = time_steps(spec, model, batch_size, algorithm=algorithm, warmup=settle, steps=steps,
+                   seed=seed, batches=batches)
     print(json.dumps({**asdict(t), "threads": threads, **extra}), flush=True)
 
 
@@ -361,7 +380,7 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
     from scalelab.runner.loader import LoaderShards
 
     torch.set_num_threads(threads)
-    spec = WorkloadSpec.from_dict(json.loads(spec_json))
+    spec, algorithm = _spec_of(spec_json)
     shards = ImageFolderShards(spec, data, seed, workers, batch_size)
     index = itertools.count()
     # two steps before the go line (the loaders start and deliver), the settling ones, the
@@ -369,7 +388,7 @@ def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
     with LoaderShards(shards, worker, 2 + SETTLE_STEPS + steps, loader_workers) as feed:
         _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
                         batches=lambda: feed.shard(next(index), worker), settle=SETTLE_STEPS,
-                        loader_workers=loader_workers)
+                        algorithm=algorithm, loader_workers=loader_workers)
 
 
 def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
@@ -384,17 +403,22 @@ def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=workers, timeout=timedelta(seconds=120))
     try:
-        spec = WorkloadSpec.from_dict(json.loads(spec_json))
+        spec, algorithm = _spec_of(spec_json)
         model, batches = spec.build_model(seed=seed), None
-        if ddp:
-            model = DistributedDataParallel(model)
+        if ddp:  # as the runner's DDP workers: gradients are views of the buckets, and the
+            # model is in its memory format before DDP sees it
+            from scalelab.runner.compute import Computation
+
+            model = DistributedDataParallel(Computation(algorithm, "cpu").model(model),
+                                            gradient_as_bucket_view=True)
         else:
             x, y = spec.synthetic_batch(batch_size, seed=seed)
 
             def batches():
                 dist.barrier()
                 return x, y
-        _time_when_told(spec, model, batch_size, threads, steps, seed, batches=batches)
+        _time_when_told(spec, model, batch_size, threads, steps, seed, batches=batches,
+                        algorithm=algorithm)
         # every rank done with its collectives before any closes its connections: a rank
         # that tears down first can abort the other's transport thread at exit
         dist.barrier()

@@ -173,8 +173,13 @@ class ValidationOptions:
     """Seed of the models and data."""
     fresh_profiles: bool = True
     """Profile and contention timed again just before each case."""
+    algorithm: str = "default"
+    """Computation configuration of every run and timing (``scalelab run --algorithm``)."""
 
     def __post_init__(self):
+        from scalelab.algorithm_names import parse
+
+        parse(self.algorithm)
         if self.steps < 2:
             raise UsageError(f"--steps must be >= 2, got {self.steps}")
         if not 0 <= self.warmup_steps < self.steps:
@@ -186,7 +191,7 @@ class ValidationOptions:
 
     def measurements(self, spec: WorkloadSpec, say=None) -> Measurements:
         return Measurements(spec, self.profile_steps, self.probe_seconds, self.seed,
-                            self.fresh_profiles, say)
+                            self.fresh_profiles, say, algorithm=self.algorithm)
 
 
 @dataclass(frozen=True)
@@ -282,7 +287,7 @@ def _run_config(spec, config, options: ValidationOptions):
         timeout_s=options.timeout_s, seed=options.seed,
         # the cases' compute and contention are measured on this machine's CPU cores, so
         # the runs that check them train there too (a GPU validation would need both)
-        device="cpu")
+        device="cpu", algorithm=options.algorithm)
 
 
 def _one_case(spec, config, options, meas: Measurements, info, calibration,

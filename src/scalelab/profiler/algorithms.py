@@ -54,6 +54,13 @@ def prepare(name: str, model: nn.Module, x: torch.Tensor) -> tuple[nn.Module, to
     return model, x
 
 
+def prepare_batch(name: str, x: torch.Tensor) -> torch.Tensor:
+    """A batch in the memory format ``name`` asks for (the model already converted)."""
+    if "channels_last" in parse(name) and x.dim() == 4:
+        return x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
 def precision_api() -> str:
     """``"fp32_precision"`` where torch has the per-backend precision API, else ``"allow_tf32"``."""
     conv = getattr(torch.backends.cudnn, "conv", None)
