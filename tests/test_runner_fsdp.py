@@ -28,8 +28,10 @@ def _run(tmp_path, name, **kw):
     out = tmp_path / f"{name}.pt"
     kw.setdefault("architecture", "fsdp")
     kw.setdefault("steps", 5)
-    result = run_training(RunConfig(workload=kw.pop("spec", SPEC), workers=2, batch_size=4,
-                                    timeout_s=30, device="cpu",
+    kw.setdefault("workers", 2)
+    kw.setdefault("device", "cpu")
+    result = run_training(RunConfig(workload=kw.pop("spec", SPEC), batch_size=4,
+                                    timeout_s=30,
                                     final_params_path=str(out), **kw))
     return result, torch.load(out, weights_only=True)
 
@@ -121,3 +123,20 @@ def test_cli_refuses_zero_without_fsdp_and_another_models_checkpoint(tmp_path):
                        text=True, timeout=120)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "is from another model" in lines[0], p.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("level", [1, 3])
+def test_on_a_gpu_the_sharded_run_equals_ddp_and_counts_cuda_memory(level, tmp_path):
+    """NCCL, one GPU per rank (one or two ranks): the same parameters as DDP, and the peak
+    from CUDA's allocator at least the state the rank holds."""
+    n = min(torch.cuda.device_count(), 2)
+    kw = dict(workers=n, device="cuda")
+    ddp_result, expected = _run(tmp_path, "ddp", architecture="allreduce", **kw)
+    result, found = _run(tmp_path, f"z{level}", shard_level=level, **kw)
+    for name in expected:
+        rel = (found[name] - expected[name]).abs().max() / expected[name].abs().max()
+        assert rel <= 1e-5, f"zero{level} {name}: relative difference {rel:.3g}"
+    for row in result["per_rank"]:
+        mem = row["memory"]
+        assert mem["peak_model_bytes"] >= sum(row["model_state"].values())
