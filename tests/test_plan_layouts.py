@@ -136,3 +136,29 @@ def test_a_model_too_large_for_one_device_gets_a_layout_that_fits():
     assert "ZeRO-3 needs 2 devices for batch 1" in one
     fits = target_memory_note(inp, 8, SimpleNamespace(device="H200", gpus=8))
     assert fits == ""
+
+
+def test_layout_rows_memory_batch_exchange_and_exposed():
+    from scalelab.plan.layouts import layout_rows
+    from scalelab.theory.comm import ring_allreduce_s
+
+    # 1B fp32 parameters in 20 equal units, SGD momentum; 8 ranks on 80 GiB, 10 GB/s links
+    sizes = ModelSizes(((1_000_000, 1000),), unit_params=(50_000_000,) * 20,
+                       per_sample_bytes=0.2e9)
+    rows = {r.layout: r for r in layout_rows(sizes, 8, 16, 80 * 2**30, 10e9,
+                                             forward_s=0.5, backward_s=1.0)}
+    assert rows["ddp"].exchange_s == pytest.approx(ring_allreduce_s(4e9, 8, 10e9))
+    assert rows["zero2"].exchange_bytes == pytest.approx(rows["ddp"].exchange_bytes)
+    assert rows["zero3"].exchange_bytes == pytest.approx(1.5 * rows["ddp"].exchange_bytes)
+    assert rows["zero1"].exchange_bytes == pytest.approx(1.5 * rows["ddp"].exchange_bytes)
+    batches = [rows[lay].largest_batch for lay in ("ddp", "zero1", "zero2", "zero3")]
+    assert batches == sorted(batches) and batches[0] < batches[-1]
+    # 0.7 s of all-reduce behind 1 s of backward in 25 MiB buckets: only the last shows
+    from scalelab.theory.comm import DDP_BUCKET_BYTES
+
+    k = -(-4_000_000_000 // DDP_BUCKET_BYTES)
+    assert rows["ddp"].exposed_s == pytest.approx(rows["ddp"].exchange_s / k)
+    # ZeRO-3 gathers twice: more of it shows than ZeRO-2's; neither shows all of it
+    assert 0 < rows["zero2"].exposed_s < rows["zero3"].exposed_s < rows["zero3"].exchange_s
+    one = layout_rows(sizes, 1, 16, 80 * 2**30, 10e9, 0.5, 1.0)
+    assert all(r.exchange_s == 0 and r.exposed_s == 0 for r in one)

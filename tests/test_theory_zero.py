@@ -94,3 +94,21 @@ def test_rank_state_bytes_exact_and_even():
     assert z1[1].param_bytes == z1[1].grad_bytes == 4 * total
     z2 = zero.rank_state_bytes(shapes, 2, 0, "zero2", between_steps=False)
     assert z2.param_bytes == 4 * total and z2.grad_bytes == s[0].grad_bytes
+
+
+def test_fsdp_prefetch_overlap_limits():
+    units = [1, 2, 1]
+    # no exchange: forward + backward; no compute: the whole exchange in series
+    assert zero.fsdp_step_s(units, 3.0, 6.0, 0.0, 0.0) == pytest.approx(9.0)
+    assert zero.fsdp_step_s(units, 0.0, 0.0, 1.0, 2.0) == pytest.approx(1.0 + 1.0 + 2.0)
+    assert zero.fsdp_step_s(units, 0.0, 0.0, 1.0, 2.0,
+                            reshard_after_forward=False) == pytest.approx(3.0)
+    # compute much longer than the exchange: only the first gather, the last unit's gather
+    # again for backward (ZeRO-3) and the last reduce-scatter show
+    t = zero.fsdp_step_s(units, 300.0, 600.0, 1.0, 2.0)
+    assert t == pytest.approx(900.0 + 0.25 * 1.0 + 0.25 * 1.0 + 0.25 * 2.0)
+    t2 = zero.fsdp_step_s(units, 300.0, 600.0, 1.0, 2.0, reshard_after_forward=False)
+    assert t2 == pytest.approx(900.0 + 0.25 * 1.0 + 0.25 * 2.0)
+    # in between: more than compute, less than compute + exchange
+    mid = zero.fsdp_step_s(units, 3.0, 6.0, 2.0, 2.0)
+    assert 9.0 < mid < 9.0 + 6.0

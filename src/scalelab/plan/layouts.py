@@ -23,6 +23,7 @@ usable memory (:func:`scalelab.theory.memory.usable_bytes`, the margin for fragm
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -222,3 +223,70 @@ def target_memory_note(inp, batch_size: int, cluster) -> str | None:
     n = _ranks_for(sizes, 1, mem, gpus * 2)
     return head + (f"; nothing fits on {gpus} device(s): ZeRO-3 needs {n} devices for "
                    f"batch 1" if n else "; not even ZeRO-3 on 4096 devices holds batch 1")
+
+
+@dataclass(frozen=True)
+class LayoutRow:
+    """One layout of the plan: memory, the batch that fits, the exchange and what of it
+    shows after compute."""
+
+    layout: str
+    memory_bytes: float
+    largest_batch: int
+    exchange_bytes: float
+    exchange_s: float
+    exposed_s: float
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def layout_rows(sizes: ModelSizes, ranks: int, batch_size: int, device_memory_bytes: float,
+                bandwidth_Bps: float, forward_s: float, backward_s: float,
+                latency_s: float = 0.0) -> list[LayoutRow]:
+    """Every layout at ``batch_size`` on ``ranks`` devices of ``device_memory_bytes`` joined
+    by links of ``bandwidth_Bps`` (per direction), with forward/backward times of a step.
+
+    Exchange per rank from :func:`scalelab.theory.zero.exchange_bytes`, each ring
+    collective ``(N-1)/N x bytes / B + (N-1) latency`` per unit. Exposed: DDP's buckets
+    (:func:`scalelab.theory.comm.ddp_exposed_s`); ZeRO-1 as torch runs it, DDP's exposed
+    all-reduce and the owners' broadcast after the optimizer step, all exposed; ZeRO-2/3
+    FSDP2's prefetch (:func:`scalelab.theory.zero.fsdp_step_s`) less forward + backward.
+    """
+    from scalelab.theory.comm import ddp_exposed_s
+
+    if not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
+    n = max(ranks, 1)
+    frac = (n - 1) / n
+    psi = sizes.params
+    p_bytes, g_bytes = sizes.param_bytes_per_param * psi, sizes.grad_bytes_per_param * psi
+    units = list(sizes.unit_params) or [psi]
+    hops = (n - 1) * latency_s
+    gather_s = frac * p_bytes / bandwidth_Bps + hops * len(units)
+    scatter_s = frac * g_bytes / bandwidth_Bps + hops * len(units)
+    allreduce_s = 2 * frac * g_bytes / bandwidth_Bps + 2 * hops
+    rows = []
+    for lay in zero.LAYOUTS:
+        mem = layout_memory(sizes, n, lay, batch_size)
+        kw = dict(param_bytes_per_param=sizes.param_bytes_per_param,
+                  grad_bytes_per_param=sizes.grad_bytes_per_param)
+        nbytes = zero.exchange_bytes(psi, n, lay, **kw)
+        if n == 1:
+            total = exposed = 0.0
+        elif lay == "ddp":
+            total = allreduce_s
+            exposed = ddp_exposed_s(total, backward_s, g_bytes)
+        elif lay == "zero1":
+            nbytes = zero.zero1_over_ddp_bytes(psi, n, **kw)
+            broadcast_s = frac * p_bytes / bandwidth_Bps + hops
+            total = allreduce_s + broadcast_s
+            exposed = ddp_exposed_s(allreduce_s, backward_s, g_bytes) + broadcast_s
+        else:
+            reshard = lay == "zero3"
+            total = (2 if reshard else 1) * gather_s + scatter_s
+            exposed = zero.fsdp_step_s(units, forward_s, backward_s, gather_s, scatter_s,
+                                       reshard_after_forward=reshard) - forward_s - backward_s
+        rows.append(LayoutRow(lay, mem.total_bytes, mem.largest_batch(device_memory_bytes),
+                              nbytes, total, max(exposed, 0.0)))
+    return rows

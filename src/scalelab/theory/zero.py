@@ -252,3 +252,55 @@ def largest_batch(memory_bytes: float, state_bytes: float, transient_bytes_: flo
         raise ValueError(f"per-sample bytes must be > 0, got {per_sample_bytes}")
     room = memory_bytes - state_bytes - transient_bytes_ - fixed_bytes
     return max(0, math.floor(room / per_sample_bytes))
+
+
+def fsdp_step_s(unit_fractions: Sequence[float], forward_s: float, backward_s: float,
+                allgather_s: float, reducescatter_s: float,
+                reshard_after_forward: bool = True) -> float:
+    """Forward + backward of FSDP2 units with the exchange overlapped by prefetch, seconds.
+
+    Units i = 0..n-1 hold fractions ``u_i`` of the parameters; each unit's compute and its
+    collectives are taken in proportion: forward ``u_i F``, backward ``u_i B``, all-gather
+    ``u_i A``, reduce-scatter ``u_i R`` (``allgather_s`` = A and ``reducescatter_s`` = R are
+    the whole model's, one collective each). One link carries the collectives one at a
+    time, in issue order; FSDP2 prefetches one unit ahead:
+
+    - forward: unit i's all-gather starts once the link is free and unit i-1's forward has
+      begun (one unit ahead); its forward starts once its parameters and unit i-1's forward
+      are done;
+    - backward, units in reverse: with ``reshard_after_forward`` (ZeRO-3) every unit is
+      gathered again, the last one once forward is done and each other one when the
+      backward of the unit after it begins (one ahead); ZeRO-2 keeps them. A unit's
+      backward starts when its parameters and the following unit's backward are done; its
+      gradient's reduce-scatter goes on the link once its backward is done.
+
+    The step ends with the last reduce-scatter. Exposed exchange = result - (F + B); with
+    no exchange the result is F + B, with no compute it is the whole exchange.
+    """
+    total = sum(unit_fractions)
+    if not total > 0:
+        raise ValueError("need at least one unit with parameters")
+    if min(forward_s, backward_s, allgather_s, reducescatter_s) < 0:
+        raise ValueError("times must be >= 0")
+    u = [f / total for f in unit_fractions]
+    n = len(u)
+    link = 0.0
+    compute_start = compute_end = 0.0
+    for i in range(n):  # forward
+        ag_end = max(link, compute_start if i else 0.0) + u[i] * allgather_s
+        link = ag_end
+        compute_start = max(ag_end, compute_end)
+        compute_end = compute_start + u[i] * forward_s
+    b_end = compute_end
+    ag_ready = [0.0] * n
+    if reshard_after_forward:  # the last unit is gathered again once forward is done
+        link = max(link, compute_end) + u[n - 1] * allgather_s
+        ag_ready[n - 1] = link
+    for i in reversed(range(n)):
+        b_start = max(b_end, ag_ready[i])
+        if reshard_after_forward and i > 0:  # prefetch the next unit of backward
+            link = max(link, b_start) + u[i - 1] * allgather_s
+            ag_ready[i - 1] = link
+        b_end = b_start + u[i] * backward_s
+        link = max(link, b_end) + u[i] * reducescatter_s  # this unit's gradient
+    return max(link, b_end)
