@@ -140,3 +140,20 @@ def test_on_a_gpu_the_sharded_run_equals_ddp_and_counts_cuda_memory(level, tmp_p
     for row in result["per_rank"]:
         mem = row["memory"]
         assert mem["peak_model_bytes"] >= sum(row["model_state"].values())
+
+
+@pytest.mark.parametrize("algorithm", ["channels_last", "bf16_autocast"])
+def test_the_computation_configuration_is_ddps(algorithm, tmp_path):
+    _, expected = _run(tmp_path, "ddp", architecture="allreduce", algorithm=algorithm)
+    _, found = _run(tmp_path, "z3", shard_level=3, algorithm=algorithm)
+    for n in expected:
+        rel = (found[n] - expected[n]).abs().max() / expected[n].abs().max()
+        assert rel <= 1e-5, f"{algorithm} {n}: relative difference {rel:.3g}"
+
+
+def test_fp16_loss_scaling_is_refused_for_sharded_runs():
+    from scalelab.errors import UsageError
+
+    with pytest.raises(UsageError, match="fp16 loss scaling is not built"):
+        RunConfig(workload=SPEC, workers=2, architecture="fsdp", algorithm="fp16_autocast",
+                  device="cpu")

@@ -94,6 +94,9 @@ class RunConfig:
                 f"unknown architecture {self.architecture!r} (ps, allreduce or fsdp)")
         if self.shard_level not in SHARD_LEVELS:
             raise UsageError(f"--zero must be 1, 2 or 3, got {self.shard_level}")
+        if self.architecture == "fsdp" and "fp16_autocast" in str(self.algorithm):
+            raise UsageError(f"--algorithm {self.algorithm}: fp16 loss scaling is not built "
+                             "for --architecture fsdp (use bf16_autocast)")
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r} (sync or async)")
         if self.partition not in PARTITIONS:

@@ -65,7 +65,12 @@ class FSDPWorker:
         self.cfg, self.k, self.shards, self.identity = cfg, index, shards, identity
         self.level = cfg.shard_level
         self.device = torch.device(device)
-        model = model.to(self.device)
+        from scalelab.runner.compute import Computation
+
+        # --algorithm: memory format before sharding, autocast around forward (no fp16
+        # loss scaling: RunConfig refuses it here)
+        self.comp = Computation(getattr(cfg, "algorithm", "default"), self.device)
+        model = self.comp.model(model.to(self.device))
         params = [p for p in model.parameters() if p.requires_grad]
         self.param_numel = sum(p.numel() for p in params)
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
@@ -107,15 +112,20 @@ class FSDPWorker:
             self._start_memory()
         with maybe_phase(timer, "data_s"):
             x, y = self.shards.shard(step, self.k)
-            x = x.to(self.device, non_blocking=True)
+            x = self.comp.batch(x.to(self.device, non_blocking=True))
             y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad(set_to_none=True)
         with maybe_phase(timer, "compute_s"):
-            loss = self.loss_fn(logits_of(self.wrapped(x)), y)
+            with self.comp.autocast():
+                loss = self.loss_fn(logits_of(self.wrapped(x)), y)
             loss.backward()
         with maybe_phase(timer, "apply_s"):
             self.opt.step()
-        return {"loss": float(loss.detach()), **self.exchange_payload()}
+        ahead = getattr(self.shards, "prefetch", None)  # a GPU's next batch, copied meanwhile
+        if ahead is not None:
+            ahead(step + 1)
+        # the loss stays a tensor (read by the step loop a step later, as DDP's)
+        return {"loss": loss.detach(), **self.exchange_payload()}
 
     def exchange_payload(self) -> dict:
         """Bytes of tensors entering the collectives per step (as DDP's ``bytes_reduced``):
