@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import scalelab.plan.advice as advice
+import scalelab.plan.choice as choosing
 from scalelab.algorithm_names import run_name
 from scalelab.errors import UsageError
 from scalelab.plan.cluster import Cluster
@@ -77,7 +78,7 @@ class Recommendation:
     """Colocated servers on each node used, node 0 first (empty: none, or dedicated)."""
     cheapest: dict[str, Any] | None = None
     """The cheapest configuration meeting the target, when priced."""
-    alternatives: tuple[advice.Alternative, ...] = ()
+    alternatives: tuple[choosing.Alternative, ...] = ()
     """The device counts a user weighs: the whole cluster, one node, the target's choice."""
     launch: str = ""
     """A command that runs the recommendation."""
@@ -250,7 +251,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     all_rows = {a: [r.with_band(band) for r in rows] for a, rows in all_rows.items()}
     shown = set(device_counts(max_gpus))
     sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
-    choice = advice.choose(all_rows, archs, options.target_efficiency, cluster.architecture)
+    choice = choosing.choose(all_rows, archs, options.target_efficiency, cluster.architecture)
 
     advice.batch_reasons(st, notes)
     for how in tc.reasons:
@@ -266,7 +267,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     cheapest = advice.cost_reasons(st, choice, notes)
     _warnings(st, choice.row.gpus, tc.estimate, notes)
     row = choice.row
-    alts = advice.alternatives(choice, all_rows, max_gpus, cluster.gpus_per_node,
+    alts = choosing.alternatives(choice, all_rows, max_gpus, cluster.gpus_per_node,
                                options.target_efficiency)
     small = _too_small(st)
     if small:
