@@ -63,6 +63,39 @@ def print_cross_device(table: dict) -> None:
           f"within band {table['within_band']:.0%}")
 
 
+def lomo_table() -> dict:
+    """Leave one model out of the reference fit: each model's points, predicted unanchored."""
+    results = fidelity.leave_one_model_out()
+    rows = [{"group": r.point.group, "model": r.point.model, "device": r.point.device,
+             "precision": r.point.precision, "batch": r.point.batch,
+             "measured_step_s": r.point.step_s, "predicted_step_s": r.predicted_step_s,
+             "error": r.error, "host_bound": r.host_bound} for r in results]
+    out = {"points": len(rows), "rows": rows}
+    for name, sel in (("all", rows), ("device_bound", [r for r in rows if not r["host_bound"]]),
+                      ("host_bound", [r for r in rows if r["host_bound"]])):
+        if sel:
+            med, worst = fidelity.error_summary([r["error"] for r in sel])
+            out[name] = {"points": len(sel), "median_abs_error": med, "max_abs_error": worst}
+    return out
+
+
+def print_lomo(table: dict) -> None:
+    print(f"\nleave one model out of the fit (unanchored roofline + host): {table['points']} "
+          "points")
+    print(f"{'group':20} {'model':18} {'device':14} {'prec':5} {'batch':>5} {'meas ms':>8} "
+          f"{'pred ms':>8} {'error':>7} host")
+    for r in table["rows"]:
+        print(f"{r['group']:20} {r['model']:18} {r['device']:14} {r['precision']:5} "
+              f"{r['batch']:5d} {r['measured_step_s'] * 1e3:8.1f} "
+              f"{r['predicted_step_s'] * 1e3:8.1f} {r['error']:+7.1%} "
+              f"{'yes' if r['host_bound'] else ''}")
+    for name in ("all", "device_bound", "host_bound"):
+        if name in table:
+            t = table[name]
+            print(f"{name}: {t['points']} points, median |error| {t['median_abs_error']:.1%}, "
+                  f"max {t['max_abs_error']:.1%}")
+
+
 def same_node_table(predict: Callable[[dict, int], float] | None = None) -> dict:
     """The published same-node series; with ``predict``, each point's prediction and error."""
     with open(DATA / "published_scaling.toml", "rb") as f:
@@ -108,6 +141,8 @@ def main() -> int:
     tables = {m: cross_device_table(m) for m in fidelity.MODES}
     for t in tables.values():
         print_cross_device(t)
+    lomo = lomo_table()
+    print_lomo(lomo)
     same = same_node_table(SAME_NODE_PREDICTOR)
     print_same_node(same)
     points = published.same_node(DATA / "published_scaling.toml")
@@ -122,7 +157,8 @@ def main() -> int:
             same[f"summary_{'synthetic' if keep else 'real'}"] = {
                 "points": len(sel), "median_abs_error": med, "max_abs_error": worst,
                 "above_15pct": over}
-    result = {"benchmark": "published_fidelity", "cross_device": tables, "same_node": same}
+    result = {"benchmark": "published_fidelity", "cross_device": tables,
+              "leave_one_model_out": lomo, "same_node": same}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, json.dumps(result, indent=2))

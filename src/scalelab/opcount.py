@@ -41,9 +41,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
+from scalelab.opclasses import AUTOCAST_FP32_OPS, OP_CLASSES, op_class
 from scalelab.workload import WorkloadSpec, logits_of
 
 PHASES = ("forward", "backward", "optimizer")
+
 _FOREACH_TENSORS_PER_KERNEL = 110  # torch's multi_tensor_apply depth-1 list size
 _OPTIMIZER_PASSES = {"sgd": 3, "adam": 5}  # element-wise foreach passes per step
 _OPTIMIZER_BYTES = {"sgd": 5, "adam": 7}  # parameter-sized tensors read + written
@@ -54,10 +56,6 @@ _TENSOR_CORE_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution
                     "_scaled_dot_product_flash_attention", "_scaled_dot_product_cudnn_attention",
                     "_scaled_dot_product_efficient_attention_backward",
                     "_scaled_dot_product_flash_attention_backward"}
-# ops autocast runs in fp32 (torch.amp's fp32 list, as they appear in ATen)
-AUTOCAST_FP32_OPS = {"native_layer_norm", "native_group_norm", "_softmax", "_log_softmax",
-                     "nll_loss_forward", "nll_loss2d_forward", "mse_loss", "binary_cross_entropy",
-                     "binary_cross_entropy_with_logits", "smooth_l1_loss", "kl_div"}
 _CAST_MODULES = (torch.nn.modules.conv._ConvNd, torch.nn.Linear, torch.nn.MultiheadAttention)
 _VIEW_OPS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias",
              "as_strided", "slice", "select", "unsqueeze", "squeeze", "reshape", "_reshape_alias",
@@ -74,8 +72,11 @@ class OpCost:
     bytes_fp32: float  # inputs + outputs at 4 bytes per element
     tensor_core: bool
     kernels: int = 1
+    op_class: str = "elementwise"  # one of OP_CLASSES: which kernels run it
 
     def __post_init__(self):
+        if self.op_class not in OP_CLASSES:
+            raise ValueError(f"op_class must be one of {OP_CLASSES}, got {self.op_class!r}")
         if self.phase not in PHASES:
             raise ValueError(f"phase must be one of {PHASES}, got {self.phase!r}")
         if self.flops < 0 or self.bytes_fp32 < 0 or self.kernels < 0:
@@ -166,7 +167,7 @@ class _Recorder(TorchDispatchMode):
         nbytes = _nbytes(in_leaves) + _nbytes(out_leaves)
         if flops or nbytes:
             self.ops.append(OpCost(name, self.phase, flops, float(nbytes),
-                                   name in _TENSOR_CORE_OPS))
+                                   name in _TENSOR_CORE_OPS, 1, op_class(name, args)))
         return out
 
 
@@ -176,7 +177,7 @@ def _optimizer_op(spec: WorkloadSpec, params: list[torch.Tensor]) -> OpCost:
     return OpCost(f"optimizer.{spec.optimizer}", "optimizer",
                   float(_OPTIMIZER_FLOPS[spec.optimizer] * n),
                   float(_OPTIMIZER_BYTES[spec.optimizer] * n * 4), False,
-                  kernels=_OPTIMIZER_PASSES[spec.optimizer] * groups)
+                  kernels=_OPTIMIZER_PASSES[spec.optimizer] * groups, op_class="optimizer")
 
 
 def record_step(spec: WorkloadSpec, net: torch.nn.Module, x: torch.Tensor,
@@ -221,13 +222,13 @@ def _affine(small: StepOps, large: StepOps, batch: int) -> StepOps | None:
     b0, b1 = small.batch_size, large.batch_size
     ops = []
     for o0, o1 in zip(small.ops, large.ops):
-        if (o0.name, o0.phase, o0.tensor_core, o0.kernels) != \
-                (o1.name, o1.phase, o1.tensor_core, o1.kernels):
+        if (o0.name, o0.phase, o0.tensor_core, o0.kernels, o0.op_class) != \
+                (o1.name, o1.phase, o1.tensor_core, o1.kernels, o1.op_class):
             return None
         k = (batch - b0) / (b1 - b0)
         ops.append(OpCost(o0.name, o0.phase, o0.flops + k * (o1.flops - o0.flops),
                           o0.bytes_fp32 + k * (o1.bytes_fp32 - o0.bytes_fp32),
-                          o0.tensor_core, o0.kernels))
+                          o0.tensor_core, o0.kernels, o0.op_class))
     return StepOps(small.model, small.input_shape, small.num_classes, small.optimizer, batch,
                    small.param_count, tuple(ops), small.cast_weights)
 

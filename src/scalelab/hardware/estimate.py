@@ -78,7 +78,8 @@ def device_roofline(ops: StepOps, device: str, precision: str,
     dev = hardware.device(device)
     fr = f.fractions(dev.name, precision, source)
     return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
-                         fr.e_c, fr.e_m, reference().launch_s)
+                         fr.e_c, fr.e_m, reference().launch_s,
+                         f.class_factors(dev.name, precision))
 
 
 def _gpu(name: str | None) -> hardware.Device | None:
@@ -104,18 +105,24 @@ def _borrowed(f: Fit, device: str, precision: str,
     return f"; {device} has no published point: fractions of {whose}"
 
 
-def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None) -> Estimate:
-    """The estimate floored at the host's time to issue the step's operations."""
+def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None,
+               b: Bands | None = None) -> Estimate:
+    """The estimate floored at the host's time to issue the step's operations; a step the
+    host sets takes the host-bound band (:meth:`Bands.band`)."""
     if not host_s_per_op:
         return replace(est, device_s=est.step_s)
     n = ops.host_ops(est.precision)
     host = host_step_s(n, host_s_per_op)
     step = step_with_host_s(est.step_s, host)
-    sets = "sets the step" if host > est.step_s else "is below the device's time"
+    if host <= est.step_s:
+        how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
+               f"{host * 1e3:.3g} ms, below the device's time")
+        return replace(est, host_s=host, device_s=est.step_s, how=how)
+    band = (b or bands()).band(est.target_device, est.precision, host_bound=True)
     how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
-           f"{host * 1e3:.3g} ms, which {sets}")
-    return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how,
-                   bound="host" if host > est.step_s else est.bound)
+           f"{host * 1e3:.3g} ms, which sets the step (+- {band:.0%}, the host-bound band)")
+    return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how, bound="host",
+                   band=band)
 
 
 def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
@@ -135,7 +142,7 @@ def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
     """
     return _with_host(_device_estimate(ops, target_device, precision, source_device,
                                        source_step_s, source_ops, source_precision, f, b),
-                      ops, host_s_per_op)
+                      ops, host_s_per_op, b)
 
 
 def _device_estimate(ops: StepOps, target_device: str, precision: str,

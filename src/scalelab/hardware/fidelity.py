@@ -8,6 +8,12 @@ with the target's measured throughput. Two fits:
 - ``"fit"``: the packaged reference fit (the held-out points are not in it);
 - ``"lodo"``: leave one device out, a fit without any reference point of the target device
   or of a device with the same peaks and bandwidth, as for a device nobody has measured.
+
+Leave one model out (:func:`leave_one_model_out`): every model of the reference table in
+turn is left out of the fit (all its points, and the operation classes' factors refitted
+without it); its points on devices the fit still has in that fit class are predicted by the
+roofline alone (no measurement to anchor to), with the host's floor. A point whose
+prediction is the host's time is "host-bound"; the two kinds of step are summarized apart.
 """
 
 from __future__ import annotations
@@ -17,7 +23,14 @@ from dataclasses import dataclass
 
 from scalelab import hardware
 from scalelab.hardware.estimate import estimate_step
-from scalelab.hardware.fit import _twin_key, bands, fit, precision_class
+from scalelab.hardware.fit import (
+    _twin_key,
+    bands,
+    fit,
+    fit_class,
+    point_curve,
+    precision_class,
+)
 from scalelab.hardware.reference import RefPoint, reference
 
 MODES = ("fit", "lodo")
@@ -76,3 +89,42 @@ def summary(results: Sequence[PairResult]) -> tuple[float, float]:
     n = len(errs)
     median = errs[n // 2] if n % 2 else (errs[n // 2 - 1] + errs[n // 2]) / 2
     return median, errs[-1]
+
+
+@dataclass(frozen=True)
+class ModelResult:
+    point: RefPoint
+    predicted_step_s: float
+    host_bound: bool  # the prediction is the host's time to issue the operations
+
+    @property
+    def error(self) -> float:
+        """predicted / measured - 1 (step time)."""
+        return self.predicted_step_s / self.point.step_s - 1.0
+
+
+def leave_one_model_out(points: Sequence[RefPoint] | None = None) -> list[ModelResult]:
+    """Each model's points predicted by a fit that never saw the model (see the module)."""
+    pts = tuple(reference().points if points is None else points)
+    out = []
+    for model in sorted({p.model for p in pts}):
+        rest = tuple(p for p in pts if p.model != model)
+        f = fit(rest)
+        seen = {(p.device, fit_class(p.device, p.precision)) for p in rest}
+        for p in pts:
+            if p.model != model or (p.device, fit_class(p.device, p.precision)) not in seen:
+                continue
+            fr = f.fractions(p.device, p.precision)
+            curve = point_curve(p, f.factor_key(p.device, p.precision))
+            step = float(curve(fr.e_c, fr.e_m))
+            out.append(ModelResult(p, step, step <= curve.floor_s * (1 + 1e-12)))
+    return out
+
+
+def error_summary(errors: Sequence[float]) -> tuple[float, float]:
+    """(median |e|, max |e|) of relative errors."""
+    errs = sorted(abs(e) for e in errors)
+    if not errs:
+        raise ValueError("no errors to summarize")
+    n = len(errs)
+    return (errs[n // 2] if n % 2 else (errs[n // 2 - 1] + errs[n // 2]) / 2), errs[-1]

@@ -49,6 +49,7 @@ import numpy as np
 
 from scalelab import hardware
 from scalelab.hardware.reference import RefPoint, reference
+from scalelab.opclasses import AUTOCAST_FP32_OPS, OP_CLASSES
 from scalelab.theory.roofline import RooflineOp
 
 if TYPE_CHECKING:  # opcount imports torch; the fit reads counted operations only
@@ -83,40 +84,47 @@ def compute_peaks(device: hardware.Device, precision: str) -> tuple[float, float
 
 
 def roofline_ops(ops: StepOps, device: hardware.Device, precision: str) -> list[RooflineOp]:
-    """The step's operations with the peak of the units that run them and their bytes.
+    """The step's operations, each at the precision the configuration gives it.
 
-    Under autocast (fp16/bf16) activations and their gradients are half-size, so every
-    forward and backward operation moves half its fp32 bytes; the optimizer keeps fp32
-    parameters and state.
+    Peaks (:func:`compute_peaks`): dense convolutions at the convolution peak (TF32 by
+    default where the device has it), matrix products and attention at the matrix-product
+    peak (FP32 unless TF32 or autocast is asked), grouped and depthwise convolutions on the
+    FP32 units (their kernels do not use tensor cores), everything else FP32. Bytes: under
+    autocast (fp16/bf16) activations and their gradients are half-size, so an operation
+    moves half its fp32 bytes, except the operations autocast keeps in fp32
+    (:data:`scalelab.opcount.AUTOCAST_FP32_OPS`: layer and group norm, softmax, the losses)
+    and the optimizer (fp32 parameters and state).
     """
     conv, mm, other = compute_peaks(device, precision)
+    peaks = {"conv": conv, "matmul": mm, "attention": mm}
     out = []
     for o in ops.ops:
-        scale = 0.5 if precision in _HALF and o.phase != "optimizer" else 1.0
-        peak = (conv if o.name.startswith(("convolution", "_convolution", "cudnn_conv"))
-                else mm) if o.tensor_core else other
-        out.append(RooflineOp(o.flops, o.bytes_fp32 * scale, peak, o.kernels))
+        full = o.phase == "optimizer" or o.name in AUTOCAST_FP32_OPS
+        scale = 0.5 if precision in _HALF and not full else 1.0
+        peak = peaks.get(o.op_class, mm if o.tensor_core and o.op_class == "elementwise"
+                         else other)
+        out.append(RooflineOp(o.flops, o.bytes_fp32 * scale, peak, o.kernels, o.op_class))
     return out
 
 
 class _Curve:
     """R(e_c, e_m) of one step on one device, evaluated fast on arrays of fractions.
 
-    With a_i = F_i/P_i and b_i = B_i/W, op i is compute-bound iff a_i/b_i > e_c/e_m; sorted
-    by that ratio, R = (sum of a over the compute-bound ops)/e_c + (sum of b over the rest)/
-    e_m, floored at kernels x launch_s.
+    With a_i = F_i/(P_i k_c) and b_i = B_i/(W k_m) (k: the op's class factors), op i is
+    compute-bound iff a_i/b_i > e_c/e_m; sorted by that ratio, R = (sum of a over the
+    compute-bound ops)/e_c + (sum of b over the rest)/e_m, floored at the step's floor
+    (kernels x launch_s, or the host's operations x its time per operation, the larger).
+    The fractions are not capped at 1 after the class factors here.
     """
 
-    def __init__(self, rops: Sequence[RooflineOp], bandwidth_Bps: float, launch_s: float):
-        a = np.array([o.flops / o.peak_flops for o in rops])
-        b = np.array([o.nbytes / bandwidth_Bps for o in rops])
+    def __init__(self, a: np.ndarray, b: np.ndarray, floor_s: float):
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(b > 0, a / np.where(b > 0, b, 1.0), np.inf)
         order = np.argsort(r, kind="stable")
         self.r = r[order]
         self.a_cum = np.concatenate([[0.0], np.cumsum(a[order])])
         self.b_cum = np.concatenate([[0.0], np.cumsum(b[order])])
-        self.floor_s = sum(o.kernels for o in rops) * launch_s
+        self.floor_s = floor_s
 
     def __call__(self, e_c, e_m):
         e_c, e_m = np.asarray(e_c, float), np.asarray(e_m, float)
@@ -125,15 +133,39 @@ class _Curve:
         return np.maximum(t, self.floor_s)
 
 
-@lru_cache(maxsize=512)
-def _curve(p: RefPoint) -> _Curve:
+@lru_cache(maxsize=1024)
+def _raw(p: RefPoint):
+    """(a_i, b_i, class index_i, floor_s) of point ``p``'s operations on its device."""
     dev = hardware.device(p.device)
-    rops = roofline_ops(p.ops(), dev, p.precision)
-    return _Curve(rops, dev.memory_bandwidth_Bps, reference().launch_s)
+    ops = p.ops()
+    rops = roofline_ops(ops, dev, p.precision)
+    a = np.array([o.flops / o.peak_flops for o in rops])
+    b = np.array([o.nbytes / dev.memory_bandwidth_Bps for o in rops])
+    cls = np.array([OP_CLASSES.index(o.op_class) for o in rops])
+    ref = reference()
+    floor = max(sum(o.kernels for o in rops) * ref.launch_s,
+                ops.host_ops(p.precision) * ref.host_s_per_op)
+    return a, b, cls, floor
 
 
-def point_curve(p: RefPoint) -> _Curve:
-    return _curve(p)
+def _factor_arrays(factors) -> tuple[np.ndarray, np.ndarray]:
+    kc = np.ones(len(OP_CLASSES))
+    km = np.ones(len(OP_CLASSES))
+    for name, c, m in factors:
+        kc[OP_CLASSES.index(name)], km[OP_CLASSES.index(name)] = c, m
+    return kc, km
+
+
+@lru_cache(maxsize=8192)
+def _curve(p: RefPoint, factors: tuple = ()) -> _Curve:
+    a, b, cls, floor = _raw(p)
+    kc, km = _factor_arrays(factors)
+    return _Curve(a / kc[cls], b / km[cls], floor)
+
+
+def point_curve(p: RefPoint, factors: tuple = ()) -> _Curve:
+    """The point's curve R(e_c, e_m) with class factors ``((class, k_c, k_m), ...)``."""
+    return _curve(p, factors)
 
 
 def precision_class(precision: str) -> str:
@@ -181,6 +213,16 @@ class Fit:
     by_generation: bool = True  # an unfitted device borrows its generation's fractions
     # (device, fit class) -> the reference groups its points come from
     groups: dict[tuple[str, str], frozenset[str]] = field(default_factory=dict)
+    # fit class -> ((operation class, k_c, k_m), ...): the classes' factors on e_c, e_m
+    factors: dict[str, tuple] = field(default_factory=dict)
+
+    def factor_key(self, device: str, precision: str) -> tuple:
+        """The operation classes' factors for ``device`` at ``precision``, as a key."""
+        return self.factors.get(fit_class(device, precision), ())
+
+    def class_factors(self, device: str, precision: str) -> dict[str, tuple[float, float]]:
+        """{operation class: (k_c, k_m)} for ``device`` at ``precision``."""
+        return {c: (kc, km) for c, kc, km in self.factor_key(device, precision)}
 
     def _own(self, device: str, cls: str) -> tuple[str, DeviceFit] | None:
         """((name, fractions)) of ``device`` or of its same-chip twin in ``cls``, if fitted."""
@@ -262,20 +304,71 @@ class Fit:
         return by_distance[min(by_distance)] if by_distance else []
 
 
-def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float]) -> tuple[float, float]:
+def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float],
+                factors: tuple = ()) -> tuple[float, float, float]:
+    """(e_c, e_m, loss) of one device's points with the classes' ``factors``."""
     ec, em = np.meshgrid(_GRID, _GRID, indexing="ij")
     loss = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
                       + (np.log(em) - math.log(prior[1])) ** 2)
     for p in points:
-        loss = loss + (np.log(point_curve(p)(ec, em)) - math.log(p.step_s)) ** 2
+        loss = loss + (np.log(point_curve(p, factors)(ec, em)) - math.log(p.step_s)) ** 2
     i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
-    return float(_GRID[i]), float(_GRID[j])
+    return float(_GRID[i]), float(_GRID[j]), float(loss[i, j])
 
 
-def fit(points: Sequence[RefPoint] | None = None) -> Fit:
-    """e_c, e_m per (device, fit class) in ``points`` (default: the reference table)."""
+# Operation-class factors fitted (k_c: compute-bound kernels, k_m: memory-bound ones); dense
+# convolutions and element-wise operations are the reference (1, 1).
+FREE_FACTORS = (("matmul", 0), ("conv_grouped", 0), ("attention", 0), ("conv", 1),
+                ("conv_grouped", 1), ("norm", 1), ("pool", 1), ("optimizer", 1))
+_K_GRID = np.logspace(math.log10(0.25), math.log10(4.0), 9)
+# Fit classes whose operation-class factors are fitted: only where the reference has many
+# models on more than one device (fp16/bf16: timm's 21 models on an RTX 3090, six on an
+# H200); in the others nearly every point is a ResNet-50, and their factors stay 1.
+FACTOR_FIT_CLASSES = ("half",)
+_LAMBDA_K = 0.05  # pulls a factor toward 1 unless many points ask otherwise
+
+
+def _with(factors: tuple, name: str, which: int, value: float) -> tuple:
+    d = {c: [kc, km] for c, kc, km in factors}
+    d.setdefault(name, [1.0, 1.0])[which] = float(value)
+    return tuple(sorted((c, v[0], v[1]) for c, v in d.items() if v != [1.0, 1.0]))
+
+
+def _fit_factors(groups: dict, priors: dict, cls: str) -> tuple:
+    """Coordinate search of the operation classes' factors of fit class ``cls``: each
+    factor in turn takes the grid value that minimizes the summed loss of the devices'
+    fits plus ``_LAMBDA_K (ln k)^2`` per factor (so a factor only moves from 1 when the
+    points of several models ask for it; ties keep the current value, so a class no point
+    exercises stays 1)."""
+    mine = {k: ps for k, ps in groups.items() if k[1] == cls}
+    present = {o.op_class for ps in mine.values() for p in ps for o in p.ops().ops}
+
+    def loss(factors):
+        prior = _LAMBDA_K * sum(math.log(kc) ** 2 + math.log(km) ** 2 for _, kc, km in factors)
+        return prior + sum(_fit_device(ps, priors[cls], factors)[2] for ps in mine.values())
+
+    factors: tuple = ()
+    best = loss(factors)
+    for _ in range(2):
+        for name, which in FREE_FACTORS:
+            if name not in present:
+                continue
+            for v in _K_GRID:
+                trial = _with(factors, name, which, v)
+                t = loss(trial)
+                if t < best - 1e-9:
+                    factors, best = trial, t
+    return factors
+
+
+def fit(points: Sequence[RefPoint] | None = None, classes: bool = True,
+        factors: dict[str, tuple] | None = None) -> Fit:
+    """e_c, e_m per (device, fit class) in ``points`` (default: the reference table), and
+    with ``classes`` the operation classes' factors per fit class (fitted, or ``factors``
+    as given: {fit class: ((operation class, k_c, k_m), ...)})."""
     points = tuple(reference().points if points is None else points)
-    return _fit_cached(tuple(sorted(points, key=lambda p: p.key)))
+    given = None if factors is None else tuple(sorted(factors.items()))
+    return _fit_cached(tuple(sorted(points, key=lambda p: p.key)), classes, given)
 
 
 def _geomean(values: Sequence[tuple[float, float]], default: tuple[float, float]):
@@ -286,33 +379,39 @@ def _geomean(values: Sequence[tuple[float, float]], default: tuple[float, float]
 
 
 @lru_cache(maxsize=256)
-def _fit_cached(points: tuple[RefPoint, ...]) -> Fit:
+def _fit_cached(points: tuple[RefPoint, ...], classes: bool = True,
+                given: tuple | None = None) -> Fit:
     groups: dict[tuple[str, str], list[RefPoint]] = {}
     for p in points:
         groups.setdefault((p.device, fit_class(p.device, p.precision)), []).append(p)
     priors = {c: (0.5, 0.5) for c in FIT_CLASSES}
-    fitted: dict[tuple[str, str], tuple[float, float]] = {}
-    for _ in range(_ROUNDS):
-        fitted = {k: _fit_device(ps, priors[k[1]]) for k, ps in sorted(groups.items())}
-        priors = {c: _geomean([v for k, v in fitted.items() if k[1] == c], priors[c])
+    factors: dict[str, tuple] = dict(given or ())
+    fitted: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for r in range(_ROUNDS):
+        if classes and given is None and r == 1:  # once the priors have settled
+            factors = {c: _fit_factors(groups, priors, c) for c in FACTOR_FIT_CLASSES}
+        fitted = {k: _fit_device(ps, priors[k[1]], factors.get(k[1], ()))
+                  for k, ps in sorted(groups.items())}
+        priors = {c: _geomean([v[:2] for k, v in fitted.items() if k[1] == c], priors[c])
                   for c in priors}
-    devices = {k: DeviceFit(ec, em, len(groups[k]), k[0]) for k, (ec, em) in fitted.items()}
+    devices = {k: DeviceFit(v[0], v[1], len(groups[k]), k[0]) for k, v in fitted.items()}
     return Fit(devices, {c: DeviceFit(*v, 0) for c, v in priors.items()},
-               groups={k: frozenset(p.group for p in ps) for k, ps in groups.items()})
+               groups={k: frozenset(p.group for p in ps) for k, ps in groups.items()},
+               factors={c: f for c, f in factors.items() if f})
 
 
 def predict_step_s(p: RefPoint, f: Fit) -> float:
     """Absolute roofline step time of point ``p``'s workload on its device under ``f``."""
     fr = f.fractions(p.device, p.precision)
-    return float(point_curve(p)(fr.e_c, fr.e_m))
+    return float(point_curve(p, f.factor_key(p.device, p.precision))(fr.e_c, fr.e_m))
 
 
 @dataclass(frozen=True)
 class Bands:
     """Relative error bands of the fit, per fit class, from leave-one-out errors.
 
-    A device with its own points in that class gets the class's median |LOO error| (how far
-    a roofline with fitted fractions typically misses a device); a device without them gets
+    A device with its own points in that class gets the 80th percentile of the class's
+    |LOO errors| (so about four misses in five fall inside it); a device without them gets
     the class's largest |LOO error| (the worst miss when a device's point was left out).
     """
 
@@ -320,8 +419,14 @@ class Bands:
     unseen: dict[str, float]  # fit class -> band for a device that is not
     fitted: frozenset  # (device, fit class) pairs with points
     loo_errors: tuple[tuple[RefPoint, float], ...]  # (point, predicted/measured - 1)
+    host: float = 0.0  # band of a step the host sets: the largest |LOO error| of such points
+    host_cases: int = 0  # points whose left-out prediction was the host's time
 
-    def band(self, device: str, precision: str) -> float:
+    def band(self, device: str, precision: str, host_bound: bool = False) -> float:
+        """The band of ``device`` at ``precision``; a step the host sets gets the host's
+        band when the table has such points (else its class's)."""
+        if host_bound and self.host_cases:
+            return self.host
         cls = fit_class(device, precision)
         twin = _twin_key(hardware.device(device))
         seen = any(c == cls and _twin_key(hardware.device(d)) == twin for d, c in self.fitted)
@@ -335,32 +440,44 @@ class Bands:
             (d, c) for d, c in self.fitted if _twin_key(hardware.device(d)) != twin))
 
 
-def _median(values: Sequence[float]) -> float:
+SEEN_QUANTILE = 0.8  # a fitted device's band covers this share of its class's LOO errors
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (linear between order statistics)."""
     v = sorted(values)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    pos = q * (len(v) - 1)
+    i = int(pos)
+    return v[i] if i + 1 >= len(v) else v[i] + (pos - i) * (v[i + 1] - v[i])
 
 
 @lru_cache(maxsize=1)
 def bands() -> Bands:
     """Leave-one-out errors of the packaged reference fit, summarized per fit class.
 
-    Each point is predicted by a fit without it; a device whose only point in a class is
+    Each point is predicted by a fit without it (the operation classes' factors kept as the
+    whole table's); a device whose only point in a class is
     left out falls back to a same-chip device or to the class's pooled fractions (not to its
     generation's), so these errors measure how far devices' fractions spread around the
     class: per-class medians of 11-25% on the fit's own table, where the generation's
     fractions miss by 10-18%. Neither says how much a device pair's ratio moves between
-    software releases.
+    software releases. Points whose prediction is the host's time (the floor) give the band
+    of a step the host sets, their own.
     """
     points = reference().points
-    loo = []
+    full = fit(points)
+    loo, host = [], []
     for i, p in enumerate(points):
-        f = replace(fit(points[:i] + points[i + 1:]), by_generation=False)
-        loo.append((p, predict_step_s(p, f) / p.step_s - 1.0))
+        f = replace(fit(points[:i] + points[i + 1:], factors=full.factors),
+                    by_generation=False)
+        step = predict_step_s(p, f)
+        loo.append((p, step / p.step_s - 1.0))
+        if step <= point_curve(p, f.factor_key(p.device, p.precision)).floor_s * (1 + 1e-12):
+            host.append(abs(loo[-1][1]))
     by_class: dict[str, list[float]] = {}
     for p, e in loo:
         by_class.setdefault(fit_class(p.device, p.precision), []).append(abs(e))
-    seen = {c: _median(v) for c, v in by_class.items()}
+    seen = {c: _quantile(v, SEEN_QUANTILE) for c, v in by_class.items()}
     unseen = {c: max(v) for c, v in by_class.items()}
     fitted = frozenset((p.device, fit_class(p.device, p.precision)) for p in points)
-    return Bands(seen, unseen, fitted, tuple(loo))
+    return Bands(seen, unseen, fitted, tuple(loo), max(host, default=0.0), len(host))

@@ -41,15 +41,25 @@ of N operations ends no earlier than max(N h, sum of t_op), and with the host we
 
 where T_device is the roofline step above. The host "sets the step" when N h is the larger.
 
+Operation classes. Kernels of different kinds reach different fractions of the same peaks
+(a depthwise convolution streams its data far below the bandwidth a batch norm reaches; a
+matrix product in FP32 on CUDA cores is not a TF32 convolution). Each operation carries its
+class (dense or grouped convolution, matrix product, attention, normalization,
+element-wise, pooling, optimizer) and the class scales the device's fractions:
+
+    t_op = max(F / (P * min(1, e_c k_c)), B / (W * min(1, e_m k_m)))
+
+with (k_c, k_m) per class and precision class (1 for a class not given).
+
 Assumptions: one stream (no two kernels overlap), no caching of operands across operations
-(each operation reads its inputs from memory), e_c and e_m the same for every operation of a
-step on a device at a precision (they are fitted to measured steps, so they absorb the
-kernels' differences on average).
+(each operation reads its inputs from memory), e_c and e_m a device's at a precision, and
+the class factors the same on every device (they are fitted to measured steps of many
+models, so they absorb the kernels' differences on average).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 
@@ -61,6 +71,7 @@ class RooflineOp:
     nbytes: float
     peak_flops: float  # FLOP/s of the units that run it, at its precision
     kernels: int = 1
+    op_class: str = ""  # its operation class ("" : none, factors 1)
 
     def __post_init__(self):
         if self.flops < 0 or self.nbytes < 0:
@@ -119,13 +130,21 @@ def step_with_host_s(device_s: float, host_s: float) -> float:
 
 
 def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e_m: float,
-                  launch_s: float = 0.0) -> RooflineStep:
-    """T_step = max(sum_ops max(F/(P e_c), B/(W e_m)), K launch_s)."""
+                  launch_s: float = 0.0,
+                  class_factors: Mapping[str, tuple[float, float]] | None = None
+                  ) -> RooflineStep:
+    """T_step = max(sum_ops max(F/(P min(1, e_c k_c)), B/(W min(1, e_m k_m))), K launch_s),
+    with (k_c, k_m) = ``class_factors[op.op_class]`` (1, 1 when absent)."""
+    _check_fraction("e_c", e_c)
+    _check_fraction("e_m", e_m)
+    factors = class_factors or {}
     compute_s = memory_s = 0.0
     kernels = 0
     for op in ops:
-        tc = op.flops / (op.peak_flops * e_c) if op.flops else 0.0
-        t = op_time_s(op.flops, op.nbytes, op.peak_flops, bandwidth_Bps, e_c, e_m)
+        kc, km = factors.get(op.op_class, (1.0, 1.0))
+        ec, em = min(1.0, e_c * kc), min(1.0, e_m * km)
+        tc = op.flops / (op.peak_flops * ec) if op.flops else 0.0
+        t = op_time_s(op.flops, op.nbytes, op.peak_flops, bandwidth_Bps, ec, em)
         if tc >= t and op.flops:
             compute_s += t
         else:
