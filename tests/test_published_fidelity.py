@@ -194,3 +194,21 @@ def test_plan_compute_estimates_another_device_with_a_band():
     assert tc.estimate and tc.band > 0 and any("assumption" in w for w in tc.warnings)
     assert tc.compute_s == pytest.approx(
         estimate_step(step_ops("resnet50", 64), "H100-SXM", "fp32").step_s)
+
+
+def test_leave_one_model_out_predicts_each_model_from_a_fit_without_it():
+    from scalelab.hardware.fit import point_curve
+
+    pts = tuple(p for p in reference().points if p.group == "timm-rtx3090-pt112"
+                and p.model in ("resnet18", "resnet34", "resnet50", "mobilenet_v2"))
+    assert len(pts) == 4
+    results = fidelity.leave_one_model_out(pts)
+    assert sorted(r.point.model for r in results) == sorted(p.model for p in pts)
+    r = next(r for r in results if r.point.model == "mobilenet_v2")
+    f = fit(tuple(p for p in pts if p.model != "mobilenet_v2"))
+    fr = f.fractions("RTX-3090", "fp16")
+    expected = float(point_curve(r.point, f.factor_key("RTX-3090", "fp16"))(fr.e_c, fr.e_m))
+    assert r.predicted_step_s == pytest.approx(expected)
+    assert r.error == pytest.approx(expected / r.point.step_s - 1)
+    med, worst = fidelity.error_summary([r.error for r in results])
+    assert 0 <= med <= worst
