@@ -84,3 +84,19 @@ def test_a_named_architecture_that_keeps_the_target_is_not_stretched_past_it():
     c = Cluster(nodes=32, network_gbps=10, architecture="allreduce", overlap=0.0)
     rec = plan(inp, c, PlanOptions(target_efficiency=0.72)).recommendation
     assert 1 < rec.gpus < 32 and rec.efficiency >= 0.72
+
+
+def test_a_difference_inside_the_band_is_not_called_faster():
+    from scalelab.plan.choice import FASTER_BY, choose
+    from scalelab.plan.sweep import SweepRow
+
+    def row(arch, sps):
+        return SweepRow(8, 1, arch, 0, 0.1, 0.0, 0.0, 0.1, sps, 8.0, 1.0, 0.0, "compute",
+                        "x", "y")
+
+    rows = {"hierarchical": [row("hierarchical", 1000.0)] * 8,
+            "allreduce": [row("allreduce", 1000.0 * (FASTER_BY - 0.01))] * 8}
+    assert choose(rows, ("hierarchical", "allreduce"), 0.8, "hierarchical").faster is None
+    rows["allreduce"] = [row("allreduce", 1000.0 * (FASTER_BY + 0.01))] * 8
+    assert choose(rows, ("hierarchical", "allreduce"), 0.8, "hierarchical").faster == \
+        "allreduce"

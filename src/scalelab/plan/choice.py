@@ -13,6 +13,10 @@ from scalelab.plan.reasons import Notes
 from scalelab.plan.sweep import SweepRow
 from scalelab.plan.text import plural
 
+FASTER_BY = 1.02
+"""Another architecture is named faster only above 2% more throughput: closer than that is
+inside every band the model carries (a calibration's held-out error, an estimate's)."""
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -63,7 +67,8 @@ def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: 
     names is the one recommended, else the fastest. When the named one keeps the target on
     no more than one device, it is recommended on all the devices (the cluster as
     described), below the target. ``faster`` names the fastest other architecture when it
-    gives more throughput than the recommended one (at the target, or at the same count)."""
+    gives more than :data:`FASTER_BY` times the recommended one's throughput (at the
+    target, or at the same count)."""
     best: dict[str, SweepRow] = {}
     for a in archs:
         ok = [r for r in all_rows[a] if r.efficiency >= target - 1e-12]
@@ -76,7 +81,7 @@ def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: 
         row, below = all_rows[named][-1], True
     rival = {a: (all_rows[a][row.gpus - 1] if below else best[a]) for a in archs if a != named}
     top = max(rival, key=lambda a: rival[a].samples_per_s, default=None)
-    faster = top if top and rival[top].samples_per_s > row.samples_per_s * (1 + 1e-9) else None
+    faster = top if top and rival[top].samples_per_s > row.samples_per_s * FASTER_BY else None
     return Choice(named, row, {**best, **rival, named: row}, named=True, faster=faster,
                   below_target=below)
 
