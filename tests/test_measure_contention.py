@@ -116,7 +116,8 @@ def test_the_ddp_floor_keeps_the_least_disturbed_of_its_repeats(monkeypatch):
     repeats = iter([[0.40, 0.45], [0.30, 0.33], [9.0, 9.0]])
     calls = []
 
-    def fake(spec, batch_size, workers, threads, steps, seed=0, timeout_s=300.0, ddp=True):
+    def fake(spec, batch_size, workers, threads, steps, seed=0, timeout_s=300.0, ddp=True,
+             algorithm="default"):
         calls.append((batch_size, workers, ddp))
         return [{"step_s": s} for s in next(repeats)]
 
