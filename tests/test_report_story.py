@@ -106,4 +106,4 @@ def test_the_headline_a_browser_shows_is_plan_json(capsys, tmp_path):
     out = write_report([path], tmp_path / "report.html")
     dom, _ = render_in_chromium(out, tmp_path)
     assert _headline(dom) == story.headline(data, alternatives=False)
-    assert "samples/s" not in _card(dom)
+    assert set(_tiles(dom)) == {"batch size / device", "computation", "step"}
