@@ -36,6 +36,9 @@ class PlanOptions:
     """The model's measured/predicted range (a calibration's held-out errors)."""
     calibration_model: str | None = None
     """'calibrated' or 'uncalibrated' when the parameters came from a calibration file."""
+    layout: str | None = None
+    """Model-state layout: ddp|zero1|zero2|zero3 (default: chosen by memory and efficiency,
+    :mod:`scalelab.plan.layout_choice`)."""
 
     def __post_init__(self):
         if not (isinstance(self.target_efficiency, (int, float))
@@ -54,6 +57,8 @@ class PlanOptions:
         if self.precision is not None and self.precision not in hardware.PRECISIONS:
             raise UsageError(f"unknown precision {self.precision!r} "
                              f"({', '.join(hardware.PRECISIONS)})")
+        if self.layout is not None and self.layout not in ("ddp", "zero1", "zero2", "zero3"):
+            raise UsageError(f"unknown layout {self.layout!r} (ddp, zero1, zero2, zero3)")
         for a in self.architectures or ():
             if a not in ARCHITECTURES:
                 raise UsageError(f"unknown architecture {a!r} ({', '.join(ARCHITECTURES)})")

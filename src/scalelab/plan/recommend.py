@@ -27,6 +27,7 @@ from typing import Any
 
 import scalelab.plan.advice as advice
 import scalelab.plan.choice as choosing
+import scalelab.plan.layout_choice as layout_choice
 from scalelab.algorithm_names import run_name
 from scalelab.errors import UsageError
 from scalelab.plan.cluster import Cluster
@@ -88,6 +89,12 @@ class Recommendation:
     """Throughput at the band's slow end (None: no band)."""
     samples_per_s_high: float | None = None
     """Throughput at the band's fast end."""
+    layout: str = "ddp"
+    """Model-state layout: ddp | zero1 | zero2 | zero3 (:mod:`scalelab.plan.layout_choice`)."""
+    layout_reason: str | None = None
+    """Why that layout: each layout's memory per GPU against the device, its efficiency."""
+    layouts: tuple[dict[str, Any], ...] = ()
+    """Every layout at the recommended batch and devices (memory, fits, efficiency)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -231,7 +238,8 @@ def _inputs_record(st: _Setting, archs: tuple[str, ...], max_gpus: int) -> dict[
 def plan(source: PlanInput | str | Path, cluster: Cluster,
          options: PlanOptions = PlanOptions()) -> Plan:  # noqa: B008 - frozen default
     """Predict the sweep over device counts and recommend a configuration, with reasons."""
-    inp = source if isinstance(source, PlanInput) else load_input(source)
+    inp = layout_choice.judged_input(source if isinstance(source, PlanInput)
+                                     else load_input(source))
     notes = Notes()
     st, tc = _setting(inp, cluster, options, notes)
     max_gpus = options.max_gpus or cluster.gpus
@@ -252,8 +260,15 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     shown = set(device_counts(max_gpus))
     sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
     choice = choosing.choose(all_rows, archs, options.target_efficiency, cluster.architecture)
+    decided = layout_choice.choose(st, choice, all_rows, max_gpus)
+    if decided is not None and decided.batch_size != st.batch and not options.layout:
+        return layout_choice.with_first_reason(
+            plan(*layout_choice.replan_inputs(inp, cluster, options, decided)), decided)
+    choice = layout_choice.apply(choice, all_rows, decided)
 
     advice.batch_reasons(st, notes)
+    if decided is not None:
+        (notes.why if decided.fits else notes.warn)("memory", decided.reason)
     for how in tc.reasons:
         notes.why("compute", how)
     advice.device_reasons(st, choice, all_rows, max_gpus, notes)
@@ -266,6 +281,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     advice.loader_reasons(st, max_gpus, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
     _warnings(st, choice.row.gpus, tc.estimate, notes)
+    if decided is not None and decided.fits and decided.layout != "ddp":  # it fits sharded
+        notes.warnings[:] = [w for w in notes.warnings if w.topic != "memory"]
     row = choice.row
     alts = choosing.alternatives(choice, all_rows, max_gpus, cluster.gpus_per_node,
                                options.target_efficiency)
@@ -285,7 +302,11 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch,
                               hosts, algorithm, flat_samples_per_s=(
                                   all_rows["allreduce"][row.gpus - 1].samples_per_s
-                                  if "allreduce" in all_rows else None)),
+                                  if "allreduce" in all_rows else None),
+                              layout=decided.layout if decided else "ddp"),
+        layout=decided.layout if decided else "ddp",
+        layout_reason=decided.reason if decided else None,
+        layouts=tuple(o.to_dict() for o in decided.options) if decided else (),
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
                 tc.estimate, st.params, ps, band)
@@ -331,10 +352,11 @@ def _too_small(st: _Setting) -> str | None:
 def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: int,
                    num_ps: int, batch: int, servers_per_node: tuple[int, ...] = (),
                    algorithm: str | None = None,
-                   flat_samples_per_s: float | None = None) -> str:
+                   flat_samples_per_s: float | None = None, layout: str = "ddp") -> str:
     """torchrun + ``scalelab run`` for the recommendation, as node 0 would type it; with
     colocated servers, which nodes host them; with a computation configuration other than
-    PyTorch's defaults, ``--algorithm`` so that the run trains in it. ``scalelab run`` has
+    PyTorch's defaults, ``--algorithm`` so that the run trains in it; a sharded ``layout``
+    (zero1/2/3) runs ``--architecture fsdp --zero N``. ``scalelab run`` has
     no hierarchical mode: a hierarchical recommendation runs DDP's all-reduce, and the
     command says so, with that run's predicted throughput (``flat_samples_per_s``)."""
     model = inp.model or "MODEL"
@@ -350,7 +372,9 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
     if architecture != "ps":
         cmd = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank 0 "
                f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
-               f"--workers {gpus} --architecture allreduce {args} --launcher torchrun")
+               f"--workers {gpus} --architecture "
+               f"{'allreduce' if layout == 'ddp' else 'fsdp --zero ' + layout[-1]} {args} "
+               "--launcher torchrun")
         if architecture == "hierarchical":
             rate = (f", predicted {flat_samples_per_s:,.0f} samples/s"
                     if flat_samples_per_s else "")

@@ -304,3 +304,49 @@ def fsdp_step_s(unit_fractions: Sequence[float], forward_s: float, backward_s: f
         b_end = b_start + u[i] * backward_s
         link = max(link, b_end) + u[i] * reducescatter_s  # this unit's gradient
     return max(link, b_end)
+
+
+def exchange_factor(layout: str, *, param_bytes_per_param: float = 2,
+                    grad_bytes_per_param: float = 2) -> float:
+    """A layout's exchange bytes over plain DDP's all-reduce at the same scale.
+
+    From :func:`exchange_bytes`, the ``(N-1)/N Psi`` cancels: ZeRO-1 and ZeRO-2
+    ``(g + p) / (2 g)``, 1 when p = g; ZeRO-3 ``(2 p + g) / (2 g)``, 1.5 when p = g.
+    """
+    check_layout(layout)
+    p, g = param_bytes_per_param, grad_bytes_per_param
+    if not g > 0:
+        raise ValueError(f"gradient bytes per parameter must be > 0, got {g}")
+    return {"ddp": 1.0, "zero1": (g + p) / (2 * g), "zero2": (g + p) / (2 * g),
+            "zero3": (2 * p + g) / (2 * g)}[layout]
+
+
+def layout_exposed_s(layout: str, ddp_exposed_s: float, ddp_allreduce_s: float, *,
+                     param_bytes_per_param: float = 4,
+                     grad_bytes_per_param: float = 4) -> float:
+    """Exchange a layout leaves after compute, from plain DDP's at the same scale, seconds.
+
+    ``ddp_allreduce_s`` (C) is DDP's all-reduce time and ``ddp_exposed_s`` (E) what of it
+    shows after backward on the same links. As the runner runs each layout:
+
+    - ``ddp``: E.
+    - ``zero1`` (``ZeroRedundancyOptimizer`` over DDP): DDP's all-reduce, E exposed as
+      before, then each owner broadcasts its updated parameters after the optimizer step,
+      with no compute left to hide behind: ``(N-1)/N p Psi`` per rank against the
+      all-reduce's ``2 (N-1)/N g Psi``, so ``E + p / (2 g) C``.
+    - ``zero2``, ``zero3`` (FSDP2): the exchange is :func:`exchange_factor` f times DDP's
+      bytes, issued per unit and overlapped with compute by prefetch, taken to hide as
+      DDP's buckets do: ``f E`` (f = 1 and 1.5 when p = g). An assumption, not yet checked
+      against measured sharded runs; :func:`fsdp_step_s` is the finer per-unit model.
+    """
+    check_layout(layout)
+    if min(ddp_exposed_s, ddp_allreduce_s) < 0:
+        raise ValueError("times must be >= 0")
+    kw = dict(param_bytes_per_param=param_bytes_per_param,
+              grad_bytes_per_param=grad_bytes_per_param)
+    if layout == "ddp":
+        return ddp_exposed_s
+    if layout == "zero1":
+        return ddp_exposed_s + param_bytes_per_param / (2 * grad_bytes_per_param) * \
+            ddp_allreduce_s
+    return exchange_factor(layout, **kw) * ddp_exposed_s

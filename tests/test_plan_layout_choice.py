@@ -1,0 +1,128 @@
+"""The recommendation's layout: plain DDP where it fits, a ZeRO layout where nothing else
+fits or where sharding lets a larger batch raise the efficiency, with the numbers; the
+launch command runs FSDP only when sharded."""
+
+import pytest
+
+from scalelab.plan import PlanOptions
+from scalelab.plan.cluster import Cluster
+from scalelab.plan.inputs import PlanInput, workload_from_dict
+from scalelab.plan.recommend import launch_command, plan
+from scalelab.theory import zero
+
+V100 = "V100-SXM2-16GB"
+
+
+def _cluster(**kw):
+    return Cluster(nodes=2, gpus_per_node=8, device=V100, network="100GbE", **kw)
+
+
+def test_a_state_too_large_for_plain_dp_gets_a_zero_layout_with_its_numbers():
+    # 1.5e9 fp32 parameters, SGD with momentum: 3 x 6e9 B = 16.76 GiB > 14.40 usable
+    inp = workload_from_dict({"param_bytes": 6_000_000_000, "batch_size": 32,
+                              "step_s": 0.5, "device": V100})
+    p = plan(inp, _cluster())
+    rec = p.recommendation
+    assert rec.layout in ("zero1", "zero2", "zero3")
+    assert rec.architecture == "allreduce"
+    why = rec.layout_reason
+    assert "16.76 GiB against 14.40 GiB usable of 16.00 GiB" in why
+    assert "ddp 16.76 GiB (does not fit)" in why
+    assert "exchange x1," in why and "exchange x1.5," in why  # ZeRO-2's and ZeRO-3's factor
+    opts = {o["layout"]: o for o in rec.layouts}
+    assert not opts["ddp"]["fits"] and opts[rec.layout]["fits"]
+    # the paper's formulas on 16 ranks, ZeRO-2 = p Psi + (g + K) Psi / 16, plus the full
+    # gradient of the largest unit before its reduce-scatter (no units known: the model)
+    assert opts["zero2"]["memory_bytes"] == pytest.approx(6e9 + 12e9 / 16 + 6e9 * 15 / 16)
+    assert opts["zero1"]["memory_bytes"] == pytest.approx(12e9 + 6e9 / 16)
+    assert rec.efficiency == pytest.approx(opts[rec.layout]["efficiency"])
+    assert f"--architecture fsdp --zero {rec.layout[-1]}" in rec.launch
+    assert "--architecture allreduce" not in rec.launch
+    assert not [w for w in p.warnings if "does not fit" in w.text]  # the layout fits
+    d = p.to_dict()["recommendation"]
+    assert d["layout"] == rec.layout and d["layout_reason"] == why
+    assert any(r.startswith(f"layout {rec.layout}") for r in d["reasons"])
+
+
+def test_a_model_that_fits_stays_plain_ddp_without_fsdp():
+    inp = workload_from_dict({"param_bytes": 400_000_000, "batch_size": 32, "step_s": 0.5,
+                              "device": V100})
+    rec = plan(inp, _cluster()).recommendation
+    assert rec.layout == "ddp"
+    assert rec.layout_reason.startswith("layout ddp (no sharding): it fits")
+    assert "1.12 GiB against 14.40 GiB usable" in rec.layout_reason
+    assert "fsdp" not in rec.launch and "--zero" not in rec.launch
+
+
+def test_no_device_memory_known_leaves_the_plan_as_it_was():
+    inp = workload_from_dict({"param_bytes": 6_000_000_000, "batch_size": 32, "step_s": 0.5})
+    rec = plan(inp, Cluster(nodes=2, gpus_per_node=8, network="100GbE")).recommendation
+    assert rec.layout == "ddp" and rec.layout_reason is None and "fsdp" not in rec.launch
+
+
+def test_the_launch_command_names_fsdp_only_when_sharded():
+    inp = workload_from_dict({"param_bytes": 4_000_000, "batch_size": 8, "step_s": 0.1})
+    c = _cluster()
+    plain = launch_command(inp, c, "allreduce", 16, 0, 8)
+    assert "--architecture allreduce" in plain and "fsdp" not in plain
+    for level in (1, 2, 3):
+        cmd = launch_command(inp, c, "allreduce", 16, 0, 8, layout=f"zero{level}")
+        assert f"--architecture fsdp --zero {level} --batch-size 8" in cmd
+
+
+def _profile_input(**kw):
+    """A profile-like input: 1e9 fp32 parameters (SGD with momentum: 12 GB of state),
+    100 MB of activations per sample, step = 20 ms per sample on the V100 itself."""
+    comp = {"param_count": 1_000_000_000, "param_bytes": 4e9, "grad_bytes": 4e9,
+            "optimizer_bytes": 4e9, "activation_bytes_per_sample": 100e6,
+            "input_bytes_per_sample": 0, "tensor_shapes": [[1000, 1_000_000]],
+            "unit_params": [25_000_000] * 40}
+    base = dict(batch_size=16, step_s=0.32, param_bytes=4_000_000_000, source="profile",
+                device=V100, batches=((8, 0.16), (16, 0.32)), fit_step_s=(0.0, 0.02),
+                max_batch_size=16, memory_components=comp)
+    base.update(kw)
+    return PlanInput(**base)
+
+
+def test_sharding_chosen_where_a_larger_batch_raises_the_efficiency():
+    # 16 single-GPU nodes on 10GbE, all-reduce named: every count below the target 0.8
+    cluster = Cluster(nodes=16, gpus_per_node=1, device=V100, network="10GbE",
+                      architecture="allreduce")
+    p = plan(_profile_input(), cluster)
+    rec = p.recommendation
+    assert rec.layout != "ddp"
+    first = rec.reasons[0].text
+    assert "frees memory for batch" in first and "plain data parallelism holds at most batch" \
+        in first
+    # DDP holds floor((14.40 GiB - 12e9) / 1e8) = 34; the sharded layout more
+    assert "holds at most batch 34" in first
+    assert rec.batch_size > 34
+    assert f"--zero {rec.layout[-1]} --batch-size {rec.batch_size}" in rec.launch
+    opts = {o["layout"]: o for o in rec.layouts}
+    assert opts[rec.layout]["fits"] and not opts["ddp"]["fits"]
+    assert rec.efficiency == pytest.approx(opts[rec.layout]["efficiency"])
+    # the same model asked at batch 16 keeps the batch and plain DDP
+    asked = plan(_profile_input(), cluster, PlanOptions(batch_size=16)).recommendation
+    assert asked.layout == "ddp" and asked.batch_size == 16
+
+
+def test_no_layout_holds_the_asked_batch_so_a_smaller_one_is_accumulated():
+    cluster = Cluster(nodes=1, gpus_per_node=8, device=V100, network="100GbE")
+    p = plan(_profile_input(), cluster, PlanOptions(batch_size=400))
+    rec = p.recommendation
+    assert rec.layout != "ddp" and rec.batch_size < 400
+    k = -(-400 // rec.batch_size)
+    assert p.inputs["cluster"]["accumulation_steps"] == k
+    assert any(f"batch 400 per device does not fit the {V100}" in w.text
+               and f"gradient accumulation of {k} steps" in w.text for w in p.warnings)
+    assert f"--zero {rec.layout[-1]}" in rec.launch
+
+
+def test_exposed_exchange_of_each_layout_from_ddps():
+    assert zero.exchange_factor("zero2", param_bytes_per_param=4, grad_bytes_per_param=4) == 1
+    assert zero.exchange_factor("zero3", param_bytes_per_param=4, grad_bytes_per_param=4) == 1.5
+    assert zero.layout_exposed_s("ddp", 0.1, 1.0) == 0.1
+    assert zero.layout_exposed_s("zero1", 0.1, 1.0) == pytest.approx(0.6)  # + broadcast
+    assert zero.layout_exposed_s("zero3", 0.1, 1.0) == pytest.approx(0.15)
+    with pytest.raises(ValueError):
+        zero.layout_exposed_s("zero4", 0.1, 1.0)
