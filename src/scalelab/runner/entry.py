@@ -192,21 +192,31 @@ def _log_step(log, cfg, timer, extra, step) -> None:
     log.step({**timer.record(), **_plain(extra), "step": step, "of": cfg.steps})
 
 
-def _run_ddp(cfg, k, model, ident, log, place) -> dict:
-    from scalelab.runner.allreduce import DDPWorker
-
+def _train_worker(cfg, k, make_worker, log, place, every_rank_saves: bool):
+    """Build a data-parallel worker on its shards, resume it if asked, run its steps with a
+    checkpoint every ``cfg.checkpoint_every`` (rank 0's, or every rank's for sharded state);
+    returns the worker and the step it started from."""
     with open_shards(cfg, k, device=place.device) as shards:
-        w = DDPWorker(cfg, k, model, shards, ident, place.device)
+        w = make_worker(shards)
         start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
 
         def body(step, timer):
             out = w.step(step, timer)
             if (cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0
-                    and dist.get_rank() == 0):
+                    and (every_rank_saves or dist.get_rank() == 0)):
                 w.save(step + 1)
             return out
 
         _steps(cfg, start, body, log, place)
+    return w, start
+
+
+def _run_ddp(cfg, k, model, ident, log, place) -> dict:
+    from scalelab.runner.allreduce import DDPWorker
+
+    w, start = _train_worker(
+        cfg, k, lambda shards: DDPWorker(cfg, k, model, shards, ident, place.device), log,
+        place, every_rank_saves=False)
     summary = {"resumed_from_step": start, "param_bytes": w.param_bytes}
     if k == 0:
         summary["final_param_checksum"] = checksum(w.params)
@@ -218,17 +228,9 @@ def _run_fsdp(cfg, k, model, ident, log, place) -> dict:
     """Sharded data parallelism (:mod:`scalelab.runner.fsdp`), stepped as DDP is."""
     from scalelab.runner.fsdp import FSDPWorker
 
-    with open_shards(cfg, k, device=place.device) as shards:
-        w = FSDPWorker(cfg, k, model, shards, ident, place.device)
-        start = w.resume(cfg.checkpoint_dir) if cfg.resume else 0
-
-        def body(step, timer):
-            out = w.step(step, timer)
-            if cfg.checkpoint_every and (step + 1) % cfg.checkpoint_every == 0:
-                w.save(step + 1)  # every rank writes its shards
-            return out
-
-        _steps(cfg, start, body, log, place)
+    w, start = _train_worker(  # every rank writes its shards
+        cfg, k, lambda shards: FSDPWorker(cfg, k, model, shards, ident, place.device), log,
+        place, every_rank_saves=True)
     summary = {"resumed_from_step": start, "param_bytes": w.param_bytes,
                "shard_level": cfg.shard_level, "model_state": w.model_state_bytes(),
                "memory": w.memory_summary(),
