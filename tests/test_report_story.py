@@ -58,6 +58,10 @@ def test_a_step_too_small_for_the_cluster_reads_the_same_on_both_pages(capsys, t
     # no throughput, devices, architecture or network the terminal does not give
     assert set(tiles) == {"batch size / device", "computation", "step"}
     assert "Alternatives" not in _card(html)
+    # the figure and its table say the same: the curves are bounds, nothing is recommended
+    scaling = html[html.index('id="scaling"'):]
+    scaling = scaling[:scaling.index("</section>")]
+    assert "too small for the cluster to matter" in scaling and "(recommended)" not in scaling
 
 
 def test_headline_tiles_and_launch_are_the_plans(capsys, tmp_path):

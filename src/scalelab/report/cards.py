@@ -178,7 +178,8 @@ def sweep_rows(plans: list[dict]) -> tuple[list[list[str]], list[str]]:
                 continue
             band = _band_text(r)
             banded = banded or band is not None
-            mark = " (recommended)" if r["gpus"] == rec.get("gpus") else ""
+            mark = (" (upper bound: step too small)" if rec.get("too_small") else
+                    " (recommended)" if r["gpus"] == rec.get("gpus") else "")
             rows.append([f"{plan_label(p)}: {arch}{mark}", str(r["gpus"]),
                          format_s(r["step_s"]) if isinstance(r.get("step_s"), (int, float))
                          else "-", band or "-",

@@ -18,7 +18,7 @@ import jinja2
 
 from scalelab import __version__
 from scalelab.errors import UsageError
-from scalelab.report import figures
+from scalelab.report import cards, figures
 from scalelab.report.cards import plural_text, recommendations, sweep_rows
 from scalelab.results import load_any, write_text_atomic
 
@@ -124,6 +124,11 @@ def scaling_caption(plans: list[dict], runs: list[dict], validations: list[dict]
     text += "."
     if _measured_speedups(runs, validations):
         text += " Dots are measured runs."
+    small = [cards.plan_label(p) for p in plans
+             if (p.get("recommendation") or {}).get("too_small")]
+    if small:  # the headline's story: no throughput for a step too small to matter
+        text += (f" For {', '.join(small)} one step is too small for the cluster to matter: "
+                 "those curves are upper bounds, not a forecast.")
     return text
 
 
