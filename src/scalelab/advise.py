@@ -142,7 +142,7 @@ class AdviseOptions:
 @dataclass
 class AdviseResult:
     out_dir: Path
-    report: Path
+    report: Path | None
     files: list[Path]
     profile_cached: bool
     plans: list[dict[str, Any]]
@@ -152,6 +152,34 @@ class AdviseResult:
     """What the reader should know about the profile's cache entry."""
     warnings: list[str] = field(default_factory=list)
     """Every warning the report shows: the profile's, then each plan's (named)."""
+    layout_advice: dict[str, Any] | None = None
+    """Set when the model fits no batch of the profiling device: the layout, devices and
+    batch that fit, from its memory alone (no profile, plans or report then)."""
+
+
+def too_large_advice(spec: WorkloadSpec, options: ProfileOptions) -> dict[str, Any] | None:
+    """The layout, devices of the profiling budget and batch on which a model that fits no
+    batch of one such device fits (:func:`scalelab.plan.layout_choice.fewest_devices`),
+    counted on meta tensors; None when the count says one device holds batch 1 without
+    sharding (the measurement, not the memory, refused it) or the model cannot be counted."""
+    from scalelab.plan.layout_choice import fewest_devices
+    from scalelab.plan.layouts import sizes_from_components
+    from scalelab.profiler.memory import try_memory_components
+    from scalelab.profiler.profile import default_budget
+
+    comp = try_memory_components(spec)
+    if not comp:
+        return None
+    budget = options.memory_budget_bytes or default_budget(options.torch_device)
+    fit = fewest_devices(sizes_from_components(comp), float(budget))
+    if fit is None or fit.layout == "ddp":
+        return None
+    shape = ",".join(str(x) for x in spec.input_shape)
+    launch = (f"scalelab run {spec.model} --workers {fit.gpus} --architecture fsdp --zero "
+              f"{fit.zero_level} --batch-size {fit.batch_size} --input-shape {shape} "
+              f"--num-classes {spec.num_classes}")
+    return {**fit.to_dict(), "device": options.device, "memory_budget_bytes": budget,
+            "launch": launch}
 
 
 def _writable(out_dir: Path) -> None:
@@ -293,8 +321,14 @@ def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None,
     ready = prepared or prepare(spec, options)
     clusters = list(ready.clusters)
     say("profiling (or reading the cached profile)")
-    got = cached_profile(spec, options.profile, options.fresh,
-                         Path(options.cache) if options.cache else None, progress=say)
+    try:
+        got = cached_profile(spec, options.profile, options.fresh,
+                             Path(options.cache) if options.cache else None, progress=say)
+    except UsageError as e:  # no batch fits one device: the layout that fits, if any
+        fit = too_large_advice(spec, options.profile)
+        if fit is None:
+            raise
+        return AdviseResult(out, None, [], False, [], None, None, [str(e)], layout_advice=fit)
     profile_path = write_json(out / "profile.json", "profile", got.profile)
     if not clusters:
         mine = this_machine_cluster(got.profile)

@@ -118,6 +118,8 @@ def run(args) -> int:
             task = bar.add_task("starting", total=None)
             result = advise(spec, opts, progress=lambda t: bar.update(task, description=t),
                             prepared=ready)
+    if result.layout_advice is not None:
+        return print_layout_advice(spec.model, result, args.json, args.quiet)
     if args.json:
         print(json.dumps({"report": str(result.report), "files": [str(f) for f in result.files],
                           "profile_cached": result.profile_cached,
@@ -128,6 +130,24 @@ def run(args) -> int:
         return 0
     if not args.quiet:
         print_advice(spec.model, result)
+    return 0
+
+
+def print_layout_advice(model: str, result, as_json: bool, quiet: bool) -> int:
+    """A model no device of the profiling budget holds: the layout, devices and batch that
+    fit, from its memory alone (nothing was measured, so no plan or report)."""
+    from scalelab.cli._common import console
+
+    fit = result.layout_advice
+    if as_json:
+        print(json.dumps({"layout_advice": fit, "warnings": result.warnings}, indent=2))
+    elif not quiet:
+        console.print(f"[bold]advice for {model}[/bold] (from its memory: no batch fits one "
+                      "device, nothing measured)", highlight=False)
+        console.print(f"  {fit['reason']}", highlight=False)
+        console.print(f"  launch: {fit['launch']}", highlight=False, soft_wrap=True)
+        for w in result.warnings:
+            console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     return 0
 
 

@@ -42,6 +42,11 @@ COLLECTIVES = ("allreduce", "hierarchical")
 GIB = 2**30
 
 
+def size_text(n: float) -> str:
+    """Bytes for a reader: GiB from 1 GiB up, MiB below (a small device budget)."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / 2**20:.2f} MiB"
+
+
 @dataclass(frozen=True)
 class LayoutOption:
     """One layout at one batch and device count: its memory, whether it fits, its speed."""
@@ -75,7 +80,7 @@ class LayoutOption:
         eff = "" if e is None else (
             f", efficiency {self.compute_s * 1e3:.1f} / ({self.compute_s * 1e3:.1f} + "
             f"{self.io_s * 1e3:.1f} + {self.exposed_s * 1e3:.1f}) ms = {e:.2f}")
-        return (f"{self.layout} {self.memory_bytes / GIB:.2f} GiB"
+        return (f"{self.layout} {size_text(self.memory_bytes)}"
                 f"{'' if self.fits else ' (does not fit)'}, exchange x{self.exchange_factor:g}"
                 + eff)
 
@@ -183,8 +188,8 @@ def _by_speed(o: LayoutOption) -> tuple[float, int]:
 
 def _head(st, name: str, memory_bytes: float, opts: list[LayoutOption]) -> str:
     gpus, batch = opts[0].gpus, opts[0].batch_size
-    return (f"on {gpus} {name} at batch {batch} ({opts[0].usable_bytes / GIB:.2f} GiB usable "
-            f"of {memory_bytes / GIB:.2f}): " + "; ".join(o.text() for o in opts))
+    return (f"on {gpus} {name} at batch {batch} ({size_text(opts[0].usable_bytes)} usable "
+            f"of {size_text(memory_bytes)}): " + "; ".join(o.text() for o in opts))
 
 
 def choose(st, choice, all_rows: dict, max_gpus: int) -> LayoutDecision | None:
@@ -362,3 +367,58 @@ def with_first_reason(p, decision: LayoutDecision):
     warnings = ((Reason("memory", decision.warning),) if decision.warning else ()) + \
         tuple(p.warnings)
     return dataclasses.replace(p, recommendation=rec, warnings=warnings)
+
+
+def _fewest(sizes: ModelSizes, layout: str, batch: int, limit_bytes: float,
+            most: int) -> int | None:
+    """The fewest ranks (up to ``most``) on which ``layout`` holds ``batch`` per rank."""
+    def fits(n: int) -> bool:
+        return layout_memory(sizes, n, layout, batch).total_bytes <= limit_bytes
+
+    if fits(1):
+        return 1
+    if layout == "ddp":
+        return None  # every rank holds everything: more ranks do not help
+    lo, n = 2, 2
+    while n <= most and not fits(n):  # doubling, then the first that fits below it
+        lo, n = n + 1, n * 2
+    if n > most:
+        n = most
+        if not fits(n):
+            return None
+    return next(k for k in range(lo, n + 1) if fits(k))
+
+
+def fewest_devices(sizes: ModelSizes, memory_bytes: float, batch_size: int = 1,
+                   most: int = 4096) -> LayoutDecision | None:
+    """The layout, devices and batch for a model on devices of ``memory_bytes`` each, from
+    its memory alone: the fewest devices on which a layout holds ``batch_size`` per device
+    (the least sharding at that count), then the largest batch that layout holds there.
+    None when not even ZeRO-3 on ``most`` devices holds it."""
+    limit = usable_bytes(memory_bytes)
+    counts = {lay: _fewest(sizes, lay, batch_size, limit, most) for lay in zero.LAYOUTS}
+    found = [(n, zero.LAYOUTS.index(lay), lay) for lay, n in counts.items() if n]
+    if not found:
+        return None
+    n, _, lay = min(found)
+    m = layout_memory(sizes, n, lay, batch_size)
+    batch = m.largest_batch(memory_bytes) if sizes.per_sample_bytes > 0 else batch_size
+    opts = []
+    for other in zero.LAYOUTS:
+        o = layout_memory(sizes, n, other, batch)
+        opts.append(LayoutOption(other, n, batch, o.total_bytes, limit,
+                                 o.largest_batch(memory_bytes)
+                                 if sizes.per_sample_bytes > 0 else None,
+                                 zero.exchange_factor(
+                                     other, param_bytes_per_param=sizes.param_bytes_per_param,
+                                     grad_bytes_per_param=sizes.grad_bytes_per_param)))
+    plain = layout_memory(sizes, 1, "ddp", batch_size)
+    need = ", ".join(f"{lay} on {counts[lay]}" if counts[lay] else f"{lay} on none"
+                     for lay in zero.LAYOUTS)
+    reason = (f"layout {lay} on {n} devices at batch {batch}: one device holds "
+              f"{size_text(plain.total_bytes)} at batch {batch_size} without sharding "
+              f"against {size_text(limit)} usable of {size_text(memory_bytes)}; fewest "
+              f"devices for batch {batch_size}: {need}; on {n}: "
+              + "; ".join(o.text() for o in opts)
+              + f"; {batch} is the largest batch {lay} holds there")
+    return LayoutDecision(lay, n, batch, reason, tuple(opts))
