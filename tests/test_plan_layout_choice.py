@@ -91,7 +91,8 @@ def test_sharding_chosen_where_a_larger_batch_raises_the_efficiency():
     p = plan(_profile_input(), cluster)
     rec = p.recommendation
     assert rec.layout != "ddp"
-    first = rec.reasons[0].text
+    assert rec.reasons[0].text == f"batch_size {rec.batch_size}: chosen with the layout"
+    first = rec.reasons[1].text
     assert "frees memory for batch" in first and "plain data parallelism holds at most batch" \
         in first
     # DDP holds floor((14.40 GiB - 12e9) / 1e8) = 34; the sharded layout more

@@ -362,7 +362,11 @@ def with_first_reason(p, decision: LayoutDecision):
     from scalelab.plan.reasons import Reason
 
     rec = p.recommendation
-    rec = dataclasses.replace(rec, reasons=(Reason("memory", decision.reason), *rec.reasons),
+    batch = Reason("batch", f"batch_size {decision.batch_size}: chosen with the layout"
+                   + (f", gradient accumulation of {decision.accumulation_steps} steps"
+                      if decision.accumulation_steps > 1 else ""))
+    kept = tuple(r for r in rec.reasons if not (r.topic == "batch" and "as asked" in r.text))
+    rec = dataclasses.replace(rec, reasons=(batch, Reason("memory", decision.reason), *kept),
                               layout_reason=decision.reason + "; " + (rec.layout_reason or ""))
     warnings = ((Reason("memory", decision.warning),) if decision.warning else ()) + \
         tuple(p.warnings)
