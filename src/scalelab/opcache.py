@@ -23,6 +23,8 @@ next time. A model given as ``package.module:factory`` is the user's code, which
 under the same name: it is kept in memory for the process, not on disk.
 
 Nothing here imports torch: reading a cached value needs only the classes it holds.
+Entries are pickles, read only from the user's own cache folder: a folder others can write
+to is not a place to point ``SCALELAB_CACHE_DIR`` at.
 """
 
 from __future__ import annotations
