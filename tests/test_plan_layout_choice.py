@@ -8,6 +8,7 @@ from scalelab.plan import PlanOptions
 from scalelab.plan.cluster import Cluster
 from scalelab.plan.inputs import PlanInput, workload_from_dict
 from scalelab.plan.recommend import launch_command, plan
+from scalelab.plan.story import headline
 from scalelab.theory import zero
 
 V100 = "V100-SXM2-16GB"
@@ -41,14 +42,17 @@ def test_a_state_too_large_for_plain_dp_gets_a_zero_layout_with_its_numbers():
     assert not [w for w in p.warnings if "does not fit" in w.text]  # the layout fits
     d = p.to_dict()["recommendation"]
     assert d["layout"] == rec.layout and d["layout_reason"] == why
+    assert f"recommend allreduce with ZeRO-{rec.layout[-1]} on 16 GPUs" in \
+        headline(p.to_dict())
     assert any(r.startswith(f"layout {rec.layout}") for r in d["reasons"])
 
 
 def test_a_model_that_fits_stays_plain_ddp_without_fsdp():
     inp = workload_from_dict({"param_bytes": 400_000_000, "batch_size": 32, "step_s": 0.5,
                               "device": V100})
-    rec = plan(inp, _cluster()).recommendation
-    assert rec.layout == "ddp"
+    p = plan(inp, _cluster())
+    rec = p.recommendation
+    assert rec.layout == "ddp" and "ZeRO" not in headline(p.to_dict())
     assert rec.layout_reason.startswith("layout ddp (no sharding): it fits")
     assert "1.12 GiB against 14.40 GiB usable" in rec.layout_reason
     assert "fsdp" not in rec.launch and "--zero" not in rec.launch

@@ -90,7 +90,9 @@ def headline(p: dict, alternatives: bool = True) -> str:
                 f"efficiency {target:g}{alts}; {need}")
     below = (f" (below target {target:g})" if target is not None
              and r["efficiency"] < target - 1e-12 else "")
-    return (f"recommend {r['architecture']} on {plural(r['gpus'], 'GPU')} at batch "
+    lay = r.get("layout") or "ddp"  # a sharded layout of the model state (ZeRO / FSDP)
+    sharded = "" if lay == "ddp" else f" with {lay.replace('zero', 'ZeRO-')}"
+    return (f"recommend {r['architecture']}{sharded} on {plural(r['gpus'], 'GPU')} at batch "
             f"{r['batch_size']}{servers_text(r)}: {_rate(r)} samples/s, efficiency "
             f"{_floor2(r['efficiency'])}{below}{alts}; {need}")
 
