@@ -24,7 +24,7 @@ from scalelab.errors import UsageError
 from scalelab.plan.step import ModelParams, StepPrediction, StepSetup, StepWorkload, predict_step
 from scalelab.theory import comm
 
-CASE_ARCHITECTURES = ("ps", "allreduce")
+CASE_ARCHITECTURES = ("ps", "allreduce", "fsdp")
 
 
 def full_duplex_of(exchange_form: str) -> bool:
@@ -37,7 +37,7 @@ class CaseInputs:
     """Everything :func:`predict_case` needs for one case, as measured numbers."""
 
     architecture: str
-    """ps | allreduce."""
+    """ps | allreduce | fsdp (sharded: ``zero`` says the ZeRO level)."""
     workers: int
     """W: data-parallel workers."""
     ps: int
@@ -66,6 +66,8 @@ class CaseInputs:
     one's), seconds; T_C is never below it. 0: none measured."""
     colocated: bool = False
     """Servers on the workers' hosts (server k on host k mod W), sharing their links."""
+    zero: int = 0
+    """ZeRO level of a sharded case (1, 2, 3; 0 for the others)."""
 
     def __post_init__(self):
         if self.architecture not in CASE_ARCHITECTURES:
@@ -73,6 +75,9 @@ class CaseInputs:
                              f"got {self.architecture!r}")
         if int(self.workers) != self.workers or self.workers < 1:
             raise ValueError(f"case workers must be an integer >= 1, got {self.workers}")
+        if (self.architecture == "fsdp") != (self.zero in (1, 2, 3)):
+            raise ValueError(f"a sharded (fsdp) case needs zero 1, 2 or 3 and no other case "
+                             f"has one, got {self.architecture} zero={self.zero}")
         if self.architecture == "ps" and not self.ps >= 1:
             raise ValueError(f"a parameter-server case needs ps >= 1, got {self.ps}")
         for name in ("param_bytes", "compute_s", "contention", "bandwidth_Bps"):
@@ -96,6 +101,8 @@ class CaseInputs:
         d["tensor_bytes"] = list(self.tensor_bytes)
         if not self.colocated:
             del d["colocated"]  # dedicated servers: the file form older cases have
+        if not self.zero:
+            del d["zero"]
         return d
 
     @classmethod
@@ -111,7 +118,7 @@ class CaseInputs:
                        latency_s=float(d["latency_s"]), full_duplex=bool(d["full_duplex"]),
                        floor_step_s=float(d.get("floor_step_s") or 0.0),
                        compute_floor_s=float(d.get("compute_floor_s") or 0.0),
-                       colocated=bool(d.get("colocated", False)))
+                       colocated=bool(d.get("colocated", False)), zero=int(d.get("zero") or 0))
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
 
@@ -133,9 +140,15 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
     (workers and dedicated servers alike) has the measured bandwidth. A step the model puts
     below the case's measured ``floor_step_s`` is raised to it, its bottleneck the compute
     (the host's cores: the floor was measured with the fastest link).
+
+    A sharded case (fsdp, ZeRO level z) is DDP's all-reduce step on the same link with the
+    exchange left after compute of ZeRO-z (:func:`scalelab.theory.zero.layout_exposed_s`:
+    ZeRO-1 adds its broadcast, ZeRO-2/3 x1 and x1.5 of DDP's exposed exchange).
     """
     if not isinstance(inputs, CaseInputs):
         inputs = CaseInputs.from_dict(inputs)
+    if inputs.architecture == "fsdp":
+        return _predict_sharded(inputs, params, io_s)
     params = _as_params(params)
     workload = StepWorkload(param_bytes=inputs.param_bytes, compute_s=inputs.worker_compute_s,
                             io_s=io_s, tensor_bytes=inputs.tensor_bytes)
@@ -149,6 +162,20 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
     if inputs.floor_step_s > pred.step_s:
         return dataclasses.replace(pred, step_s=inputs.floor_step_s, bottleneck="compute")
     return pred
+
+
+def _predict_sharded(inputs: CaseInputs, params, io_s: float) -> StepPrediction:
+    from scalelab.theory import zero
+
+    ddp = predict_case(dataclasses.replace(inputs, architecture="allreduce", zero=0), params,
+                       io_s)
+    layout = f"zero{inputs.zero}"
+    exposed = max(ddp.step_s - ddp.compute_s - ddp.io_s, 0.0)
+    shown = zero.layout_exposed_s(layout, exposed, ddp.comm_s)
+    factor = zero.exchange_factor(layout) + (0.5 if layout == "zero1" else 0.0)
+    step = max(ddp.compute_s + ddp.io_s + shown, inputs.floor_step_s)
+    return dataclasses.replace(ddp, step_s=step, comm_s=ddp.comm_s * factor,
+                               form=f"{ddp.form}, ZeRO-{inputs.zero} as FSDP runs it")
 
 
 def relative_error(predicted: float, measured: float) -> float:

@@ -313,7 +313,7 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     if w > 1 and config.get("rate") is not None:
         if arch == "allreduce":
             floor = median_step_s(meas.loopback_timings(b, w))
-        else:
+        elif arch == "ps":  # sharded cases: no floor measured (DDP's is not theirs)
             compute_floor = fed_step_of(meas.loopback_timings(b, w, ddp=False), "ps")
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
@@ -322,7 +322,8 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
         compute_s=compute_of(lone, arch), contention=meas.contention(b, w, arch),
         bandwidth_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
         full_duplex=full_duplex_of(exchange_form), floor_step_s=floor,
-        compute_floor_s=compute_floor, colocated=config.get("ps_placement") == "colocated")
+        compute_floor_s=compute_floor, colocated=config.get("ps_placement") == "colocated",
+        zero=(config.get("zero") or 3) if arch == "fsdp" else 0)
 
 
 def _median(steps: dict, name: str) -> float | None:

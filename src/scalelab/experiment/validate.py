@@ -41,12 +41,12 @@ from scalelab.workload import WorkloadSpec
 
 SCHEMA_KIND = "validation"
 GRID_KEYS = ("workers", "ps", "architecture", "partition", "batch_size", "rate",
-             "ps_placement")
+             "ps_placement", "zero")
 _INT_KEYS = ("workers", "ps", "batch_size")
-_CHOICES = {"architecture": ("ps", "allreduce"), "partition": ("balanced", "tensor"),
+_CHOICES = {"architecture": ("ps", "allreduce", "fsdp"), "partition": ("balanced", "tensor"),
             "ps_placement": ("dedicated", "colocated")}
 # keys a case's config carries only when the grid names them (older files have none)
-_OPTIONAL_KEYS = ("ps_placement",)
+_OPTIONAL_KEYS = ("ps_placement", "zero")
 _DEFAULTS = {"workers": 2, "architecture": "ps", "partition": "balanced", "batch_size": 32}
 
 
@@ -57,6 +57,10 @@ _DEFAULTS = {"workers": 2, "architecture": "ps", "partition": "balanced", "batch
 def _grid_value(key: str, v: str, item: str):
     from scalelab import netem
 
+    if key == "zero":  # the ZeRO level of architecture=fsdp cases (run --zero)
+        if v not in ("1", "2", "3"):
+            raise UsageError(f"grid zero={v!r}: one of 1, 2, 3")
+        return int(v)
     if key in _INT_KEYS:
         try:
             n = int(v)
@@ -112,7 +116,11 @@ def expand(grid: dict[str, list]) -> list[dict[str, Any]]:
     cases, seen = [], set()
     for combo in itertools.product(*axes):
         c = dict(zip(keys, combo))
-        if c["architecture"] == "allreduce":
+        if "zero" in c:  # a ZeRO level only for sharded cases, 3 (run's default) unless given
+            c["zero"] = (c["zero"] or 3) if c["architecture"] == "fsdp" else None
+        elif c["architecture"] == "fsdp":
+            c["zero"] = 3
+        if c["architecture"] in ("allreduce", "fsdp"):
             c["ps"] = None
             c["partition"] = None
             if "ps_placement" in c:
@@ -133,8 +141,10 @@ def config_key(config: dict[str, Any]) -> tuple:
     key = {k: config.get(k) for k in GRID_KEYS}
     if key["rate"]:
         key["rate"] = netem.parse_rate(key["rate"])
-    if key["architecture"] == "allreduce":
+    if key["architecture"] in ("allreduce", "fsdp"):
         key["ps"] = key["partition"] = None
+    if key["architecture"] != "fsdp":
+        key["zero"] = None
     if key["ps_placement"] == "dedicated":
         key["ps_placement"] = None  # the default, as files without the key have it
     return tuple(key.items())
@@ -142,6 +152,8 @@ def config_key(config: dict[str, Any]) -> tuple:
 
 def describe_config(config: dict[str, Any]) -> str:
     parts = [f"{config['architecture']}", f"W={config['workers']}"]
+    if config["architecture"] == "fsdp":
+        parts.append(f"ZeRO-{config.get('zero') or 3}")
     if config["architecture"] == "ps":
         parts.append(f"P={config['ps']}")
         if config.get("ps_placement") == "colocated":
@@ -284,6 +296,7 @@ def _run_config(spec, config, options: ValidationOptions):
         steps=options.steps, warmup_steps=options.warmup_steps,
         partition=config.get("partition") or "balanced", emulate_network=config.get("rate"),
         colocate=config.get("ps_placement") == "colocated",
+        shard_level=config.get("zero") or 3,
         timeout_s=options.timeout_s, seed=options.seed,
         # the cases' compute and contention are measured on this machine's CPU cores, so
         # the runs that check them train there too (a GPU validation would need both)

@@ -1,0 +1,57 @@
+"""validate's sharded cases: grid key architecture=fsdp with zero=1,2,3, the case's
+inputs and its prediction (DDP's step with the ZeRO level's exposed exchange)."""
+
+import pytest
+
+from scalelab.errors import UsageError
+from scalelab.experiment.case import CaseInputs, predict_case
+from scalelab.experiment.validate import config_key, describe_config, expand, parse_grid
+from scalelab.theory import zero
+
+
+def test_grid_takes_fsdp_with_a_zero_level():
+    cases = expand(parse_grid("workers=2 architecture=allreduce,fsdp zero=1,3 batch_size=8"))
+    shapes = sorted((c["architecture"], c["zero"]) for c in cases)
+    assert shapes == [("allreduce", None), ("fsdp", 1), ("fsdp", 3)]
+    assert all(c["ps"] is None and c["partition"] is None for c in cases)
+    z1 = next(c for c in cases if c["zero"] == 1)
+    assert describe_config(z1) == "fsdp W=2 ZeRO-1 b=8 loopback"
+    assert config_key(z1) != config_key(next(c for c in cases if c["zero"] == 3))
+    # fsdp without a zero key runs run's default, level 3; other grids carry no zero key
+    (only,) = expand(parse_grid("workers=2 architecture=fsdp batch_size=8"))
+    assert only["zero"] == 3
+    (plain,) = expand(parse_grid("workers=2 architecture=allreduce batch_size=8"))
+    assert "zero" not in plain
+    with pytest.raises(UsageError, match="zero"):
+        parse_grid("architecture=fsdp zero=4")
+
+
+def _inputs(**kw):
+    base = dict(architecture="fsdp", workers=4, ps=0, partition="balanced",
+                param_bytes=40e6, tensor_bytes=(), compute_s=0.2, contention=1.0,
+                bandwidth_Bps=125e6, latency_s=0.0, full_duplex=True, zero=2)
+    base.update(kw)
+    return CaseInputs(**base)
+
+
+def test_a_sharded_case_is_ddps_step_with_the_levels_exposed_exchange():
+    ddp = predict_case(_inputs(architecture="allreduce", zero=0))
+    exposed = ddp.step_s - ddp.compute_s
+    assert exposed > 0  # 40 MB over 1 Gb/s: more than backward hides
+    for level in (1, 2, 3):
+        got = predict_case(_inputs(zero=level))
+        want = ddp.compute_s + zero.layout_exposed_s(f"zero{level}", exposed, ddp.comm_s)
+        assert got.step_s == pytest.approx(want)
+        assert f"ZeRO-{level}" in got.form
+    assert predict_case(_inputs(zero=3)).step_s > predict_case(_inputs(zero=2)).step_s
+    assert predict_case(_inputs(zero=2)).step_s == pytest.approx(ddp.step_s)  # x1 the bytes
+
+
+def test_case_inputs_round_trip_and_refuse_a_level_without_fsdp():
+    case = _inputs(zero=1)
+    assert CaseInputs.from_dict(case.to_dict()) == case
+    assert "zero" not in _inputs(architecture="allreduce", zero=0).to_dict()
+    with pytest.raises(ValueError, match="zero"):
+        _inputs(zero=0)
+    with pytest.raises(ValueError, match="zero"):
+        _inputs(architecture="allreduce", zero=2)
