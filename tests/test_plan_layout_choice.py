@@ -131,3 +131,17 @@ def test_exposed_exchange_of_each_layout_from_ddps():
     assert zero.layout_exposed_s("zero3", 0.1, 1.0) == pytest.approx(0.15)
     with pytest.raises(ValueError):
         zero.layout_exposed_s("zero4", 0.1, 1.0)
+
+
+def test_vgg16_at_512_from_a_cpu_workload_launches_the_batch_a_layout_holds():
+    # no step time at another batch (one measurement, on a CPU): the plan keeps 512 with
+    # the warning, and the launch command runs the largest batch a layout holds
+    inp = workload_from_dict({"model": "vgg16", "batch_size": 512, "step_s": 40.0,
+                              "device": "cpu"})
+    p = plan(inp, Cluster(nodes=1, gpus_per_node=8, device=V100))
+    rec = p.recommendation
+    assert rec.batch_size == 512 and rec.layout == "zero2"
+    assert "--architecture fsdp --zero 2 --batch-size 194" in rec.launch
+    warned = [w.text for w in p.warnings if w.text.startswith("layout zero2")]
+    assert warned and "holds batch 194 (gradient accumulation of 3 steps)" in warned[0]
+    assert "give the step time at batch 194" in warned[0]

@@ -104,6 +104,13 @@ class LayoutDecision:
     fits: bool = True
     warning: str | None = None
     """What the reader must know when the decision changed the asked batch."""
+    runnable_batch: int | None = None
+    """When the layout does not hold ``batch_size`` and the plan cannot move to a batch it
+    holds (no step time there): that batch, for the launch command."""
+
+    @property
+    def launch_batch(self) -> int:
+        return self.runnable_batch or self.batch_size
 
     @property
     def zero_level(self) -> int | None:
@@ -242,7 +249,7 @@ def _smaller_batch(st, sizes, dev, all_rows, max_gpus: int, why: str) -> LayoutD
                 f"{max_gpus} devices: {zero.LAYOUT_NAMES[lay]} holds batch {batch} "
                 f"(gradient accumulation of {k} steps); give the step time at batch {batch} "
                 "(a profile, or a workload file measured there) to plan it; "
-                + _head(st, name, mem, at)), tuple(at), fits=False)
+                + _head(st, name, mem, at)), tuple(at), fits=False, runnable_batch=batch)
         return LayoutDecision(lay, max_gpus, batch, (
             f"layout {lay}: {why}; no layout holds batch {st.batch} on the cluster's "
             f"{max_gpus} devices: {zero.LAYOUT_NAMES[lay]} holds batch {batch} "

@@ -299,7 +299,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         efficiency=row.efficiency, cost_per_1k_samples=row.cost_per_1k_samples,
         cheapest=cheapest, alternatives=alts, too_small=small, servers_per_node=hosts,
         samples_per_s_low=row.samples_per_s_low, samples_per_s_high=row.samples_per_s_high,
-        launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps, st.batch,
+        launch=launch_command(inp, cluster, choice.architecture, row.gpus, num_ps,
+                              decided.launch_batch if decided else st.batch,
                               hosts, algorithm, flat_samples_per_s=(
                                   all_rows["allreduce"][row.gpus - 1].samples_per_s
                                   if "allreduce" in all_rows else None),
