@@ -94,8 +94,6 @@ def test_a_cached_plan_counts_nothing(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="scalelab.opcount defines the records it returns "
-                   "beside its torch tracer, so reading cached operations imports torch")
 def test_a_cached_plan_imports_no_torch(tmp_path):
     env = {**os.environ}
     env.pop("SCALELAB_CACHE", None)
