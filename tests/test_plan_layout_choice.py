@@ -2,6 +2,8 @@
 fits or where sharding lets a larger batch raise the efficiency, with the numbers; the
 launch command runs FSDP only when sharded."""
 
+import json
+
 import pytest
 
 from scalelab.plan import PlanOptions
@@ -145,3 +147,22 @@ def test_vgg16_at_512_from_a_cpu_workload_launches_the_batch_a_layout_holds():
     warned = [w.text for w in p.warnings if w.text.startswith("layout zero2")]
     assert warned and "holds batch 194 (gradient accumulation of 3 steps)" in warned[0]
     assert "give the step time at batch 194" in warned[0]
+
+
+def test_plan_layout_option_names_the_layout(tmp_path, capsys):
+    from scalelab.cli import main
+
+    wl = tmp_path / "w.toml"
+    wl.write_text('param_bytes = 400_000_000\nbatch_size = 32\nstep_s = 0.5\n'
+                  f'device = "{V100}"\n')
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(wl), "--device", V100, "--nodes", "2",
+                 "--gpus-per-node", "8", "--network", "100GbE", "--layout", "zero3",
+                 "--out", str(out)]) == 0
+    rec = json.loads(out.read_text())["recommendation"]
+    assert rec["layout"] == "zero3" and "--architecture fsdp --zero 3" in rec["launch"]
+    assert rec["layout_reason"].startswith("layout zero3 at batch 32: on 16 V100-SXM2-16GB")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as bad:  # argparse's choices: one line, exit 2
+        main(["plan", "--workload", str(wl), "--layout", "zero4"])
+    assert bad.value.code == 2 and "zero4" in capsys.readouterr().err

@@ -109,6 +109,9 @@ def register(subparsers) -> None:
                    help="largest device count in the sweep (default: the cluster's size)")
     p.add_argument("--batch-size", type=positive_int, metavar="B",
                    help="per-device batch (default: the profile's recommendation)")
+    p.add_argument("--layout", choices=["ddp", "zero1", "zero2", "zero3"],
+                   help="model-state layout (default: plain DDP where it fits the device, "
+                        "else the ZeRO level that fits; run --architecture fsdp --zero N)")
     p.add_argument("--loader-workers", type=int, metavar="L",
                    help="input loader processes per device (default: as many as needed)")
     p.add_argument("--mfu", type=_fraction, default=None, metavar="E",
@@ -159,6 +162,7 @@ def build_plan(args):
         batch_size=args.batch_size, loader_workers=args.loader_workers,
         params=cal.params if cal else None, band=cal.band if cal else None,
         calibration_model=cal.model if cal else None, precision=args.precision,
+        layout=args.layout,
         **({"default_mfu": args.mfu} if args.mfu is not None else {}),
     )
     return inp, cluster, planner.plan(inp, cluster, options)
