@@ -9,7 +9,10 @@ and configuration. The bare loop runs in
 its own process with the thread count a one-worker rank gets, and the three are alternated
 ``--repeats`` times so that a change of load on the machine falls on all of them; each
 figure is the median over the repeats, each ratio is runner / bare within one repeat,
-then the median.
+then the median. On the CPU the bare loop also runs a second time with the runner's OpenMP
+wait (``scalelab.runner.launch.OMP_ENV``: a short spin, then sleep), and the
+ratios against that run are printed beside: the first ratio is what a user sees against
+their own loop, the second the runner's own cost.
 
 Goals (issue figures): all-reduce W=1 >= 0.95 of the bare loop, PS W=1 P=1 >= 0.85, and
 with synthetic data ``data_s`` <= 1% of ``step_s``.
@@ -85,8 +88,9 @@ def time_now() -> float:
     return time.perf_counter()
 
 
-def run_bare(args) -> dict:
-    """The bare loop in a fresh process, as a rank is one."""
+def run_bare(args, passive: bool = False) -> dict:
+    """The bare loop in a fresh process, as a rank is one; ``passive``: with the runner's
+    OpenMP wait policy (``scalelab.runner.launch.OMP_ENV``), else the environment as it is."""
     cmd = [sys.executable, __file__, "--bare-child", "--model", args.model,
            "--input-shape", args.input_shape, "--num-classes", str(args.num_classes),
            "--batch-size", str(args.batch_size), "--device", args.device,
@@ -94,7 +98,13 @@ def run_bare(args) -> dict:
            "--warmup", str(args.warmup)]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    env = None
+    if passive:
+        from scalelab.runner.launch import training_environment
+
+        env = training_environment()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False,
+                         env=env)
     if out.returncode != 0:
         raise SystemExit(f"bare loop failed: {out.stderr.strip().splitlines()[-1:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -153,29 +163,48 @@ def main(argv=None) -> int:
           f"{args.algorithm}, load {os.getloadavg()[0]:.1f}")
     for rep in range(args.repeats):
         row = {"repeat": rep, "bare": run_bare(args)}
+        if args.device == "cpu":
+            row["bare_passive"] = run_bare(args, passive=True)
         for arch in archs:
             row[arch] = run_runner(args, arch)
             row[f"{arch}_ratio"] = row[arch]["samples_per_s"] / row["bare"]["samples_per_s"]
+            if "bare_passive" in row:
+                row[f"{arch}_ratio_passive"] = (row[arch]["samples_per_s"]
+                                                / row["bare_passive"]["samples_per_s"])
         rows.append(row)
         parts = [f"bare {row['bare']['samples_per_s']:.1f}/s"]
+        if "bare_passive" in row:
+            parts.append(f"bare, runner's OpenMP wait {row['bare_passive']['samples_per_s']:.1f}/s")
         for arch in archs:
             ph = row[arch]["phases"]
             data_share = (ph.get("data_s") or 0.0) / ph["step_s"]
+            passive = (f" / {row[f'{arch}_ratio_passive']:.2f}"
+                       if f"{arch}_ratio_passive" in row else "")
             parts.append(f"{arch} {row[arch]['samples_per_s']:.1f}/s "
-                         f"({row[f'{arch}_ratio']:.2f}, data {100 * data_share:.2f}% of step)")
+                         f"({row[f'{arch}_ratio']:.2f}{passive}, data {100 * data_share:.2f}% "
+                         "of step)")
         print(f"  repeat {rep + 1}: " + "; ".join(parts), flush=True)
     summary = {"bare_samples_per_s": statistics.median(r["bare"]["samples_per_s"] for r in rows)}
+    passive = all("bare_passive" in r for r in rows)
+    if passive:
+        summary["bare_passive_samples_per_s"] = statistics.median(
+            r["bare_passive"]["samples_per_s"] for r in rows)
     for arch in archs:
         summary[f"{arch}_samples_per_s"] = statistics.median(r[arch]["samples_per_s"]
                                                             for r in rows)
         summary[f"{arch}_ratio"] = statistics.median(r[f"{arch}_ratio"] for r in rows)
+        if passive:
+            summary[f"{arch}_ratio_passive"] = statistics.median(
+                r[f"{arch}_ratio_passive"] for r in rows)
         summary[f"{arch}_data_share"] = statistics.median(
             (r[arch]["phases"].get("data_s") or 0.0) / r[arch]["phases"]["step_s"] for r in rows)
     goals = {"allreduce": 0.95, "ps": 0.85}
     for arch in archs:
         print(f"{arch:>9} W=1: {summary[f'{arch}_samples_per_s']:.1f} samples/s, "
               f"{summary[f'{arch}_ratio']:.3f} of the bare loop's "
-              f"{summary['bare_samples_per_s']:.1f} (goal >= {goals.get(arch, 0):.2f}); "
+              f"{summary['bare_samples_per_s']:.1f} (goal >= {goals.get(arch, 0):.2f})"
+              + (f", {summary[f'{arch}_ratio_passive']:.3f} of it with the runner's OpenMP "
+                 "wait" if passive else "") + "; "
               f"data_s {100 * summary[f'{arch}_data_share']:.2f}% of step_s (goal <= 1%)")
     from scalelab.results import write_text_atomic
 

@@ -134,3 +134,11 @@ def test_validation_times_its_compute_in_the_runs_configuration(tmp_path, monkey
     assert cfg.algorithm == "channels_last"
     with pytest.raises(UsageError, match="unknown computation option"):
         ValidationOptions(algorithm="fast")
+
+
+def test_ranks_get_a_short_openmp_spin_unless_the_environment_sets_one():
+    from scalelab.runner.launch import OMP_ENV, training_environment
+
+    assert training_environment({"PATH": "/bin"}) == {"PATH": "/bin", **OMP_ENV}
+    assert training_environment({"OMP_WAIT_POLICY": "ACTIVE"}) == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert training_environment({"GOMP_SPINCOUNT": "0"}) == {"GOMP_SPINCOUNT": "0"}

@@ -146,10 +146,9 @@ def run(args) -> int:
     from scalelab.runner import run_training
 
     if args.launcher == "torchrun":  # this process is the rank: set before torch loads OpenMP
-        from scalelab.runner.launch import OMP_ENV
+        from scalelab.runner.launch import training_environment
 
-        for key, value in OMP_ENV.items():
-            os.environ.setdefault(key, value)
+        os.environ.update(training_environment())
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else None
     ranks_path = out.with_name(out.stem + ".ranks.jsonl") if out else None

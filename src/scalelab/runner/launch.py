@@ -52,21 +52,32 @@ def leave(code: int) -> None:
     os._exit(code)
 
 
-#: OpenMP's wait policy for every process that trains or times training on the CPU, unless
-#: the environment already sets one. With the default (threads spin at every barrier before
-#: they sleep), a team of as many threads as cores collapses as soon as anything else wants a
-#: core, since a spinning thread holds the core its late partner needs: resnet18 at 3x64x64,
-#: batch 32, 2 threads on 2 cores with other work running took 0.96-1.69 s a step spinning
-#: and 0.22-0.37 s with PASSIVE (0.36-0.43 s on 1 thread), in alternated runs on one machine.
-#: Passive threads sleep at once and hand the core over.
-OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: OpenMP's wait for every process that trains or times training on the CPU, unless the
+#: environment sets a wait policy or spin count of its own: a thread at a barrier spins
+#: 3,000 times, then sleeps. GNU OpenMP (PyTorch's) spins 300,000 times by default, and a
+#: team as wide as the machine then collapses as soon as anything else wants a core: a
+#: spinning thread holds the core its late partner needs. resnet18 at 3x64x64, batch 32, two
+#: threads on the two cores here, alternated runs of one session (s per step):
+#:
+#: ================================  =============  =============  ===========
+#: two busy loops beside it?         default spin   PASSIVE (0)    3,000 spins
+#: ================================  =============  =============  ===========
+#: no                                0.182-0.191    0.202-0.213    0.185-0.189
+#: yes                               0.95-6.80      0.37-0.85      0.46-0.50
+#: ================================  =============  =============  ===========
+#:
+#: A short spin keeps the quiet machine's speed (passive threads lose about 10% waking up)
+#: and hands the core over under contention.
+OMP_ENV = {"GOMP_SPINCOUNT": "3000"}
+_OMP_OWN = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def training_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default this process's environment) with :data:`OMP_ENV` where it is unset."""
+    """``base`` (default this process's environment) with :data:`OMP_ENV` unless it already
+    says how OpenMP threads wait."""
     env = dict(os.environ if base is None else base)
-    for key, value in OMP_ENV.items():
-        env.setdefault(key, value)
+    if not any(key in env for key in _OMP_OWN):
+        env.update(OMP_ENV)
     return env
 
 
