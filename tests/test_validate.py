@@ -128,7 +128,8 @@ def test_validate_on_an_emulated_network_end_to_end(tmp_path):
     v = read_json(out, "validation")
     (c,) = v["cases"]
     assert c["config"] == {"workers": 2, "ps": 1, "architecture": "ps",
-                           "partition": "balanced", "batch_size": 4, "rate": "500mbit"}
+                           "partition": "balanced", "batch_size": 4, "rate": "500mbit",
+                           "ps_placement": None, "zero": None}
     assert c["predicted_step_s"] > 0 and c["measured_step_s"] > 0
     assert c["error"] == pytest.approx(
         (c["predicted_step_s"] - c["measured_step_s"]) / c["measured_step_s"])
