@@ -35,8 +35,8 @@ Compute, contention and floor are measured just before each case (``fresh_profil
 that load from other processes on a shared machine weighs on the prediction as it does on
 the run.
 
-The step-timing processes run this module (``python -m scalelab.experiment.measure
---time-steps ...``, ``--time-ddp-steps ...`` and ``--time-fed-steps ...``).
+The step-timing processes run :mod:`scalelab.experiment.timing_child` (``--time-steps``,
+``--time-ddp-steps`` and ``--time-fed-steps``).
 """
 
 from __future__ import annotations
@@ -47,15 +47,14 @@ import os
 import statistics
 import subprocess
 import sys
-from dataclasses import asdict
 from typing import Any
 
 from scalelab.errors import RunFailure
 from scalelab.experiment.case import CaseInputs, full_duplex_of
 from scalelab.workload import WorkloadSpec
 
-SETTLE_STEPS = 2
-"""Fed steps left untimed after the go line (the loaders' queues filling)."""
+CHILD = "scalelab.experiment.timing_child"
+"""The module every step-timing process runs (``python -m``)."""
 FED_STEPS = 8
 """Fed or DDP steps timed at least: a loader's batch arrives every few steps, not every
 step, and a DDP step waits for the slowest of its workers."""
@@ -92,12 +91,6 @@ def _spec_json(spec: WorkloadSpec, algorithm: str) -> str:
     return json.dumps({**spec.to_dict(), "algorithm": algorithm})
 
 
-def _spec_of(spec_json: str) -> tuple[WorkloadSpec, str]:
-    d = json.loads(spec_json)
-    algorithm = d.pop("algorithm", "default")
-    return WorkloadSpec.from_dict(d), algorithm
-
-
 def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threads: int,
                       steps: int, seed: int = 0, timeout_s: float = 300.0,
                       algorithm: str = "default") -> list[dict]:
@@ -107,7 +100,7 @@ def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threa
     their standard input), so the timed steps overlap. Each runs in a session of its own, as
     the runner's ranks do, so the scheduler shares the cores between them as in a run.
     """
-    cmd = [sys.executable, "-m", "scalelab.experiment.measure", "--time-steps",
+    cmd = [sys.executable, "-m", CHILD, "--time-steps",
            _spec_json(spec, algorithm), str(batch_size), str(threads), str(steps), str(seed)]
     return _time_together([cmd] * processes, timeout_s)
 
@@ -119,7 +112,7 @@ def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, worker
     folder ``data``, read through ``loader_workers`` loader processes; one dict per worker
     with the medians of ``data_s`` (the wait for the batch) and of each compute phase."""
     spec_json = _spec_json(spec, algorithm)
-    cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-fed-steps",
+    cmds = [[sys.executable, "-m", CHILD, "--time-fed-steps",
              spec_json, str(batch_size), str(threads), str(steps), str(seed), data,
              str(loader_workers), str(workers), str(k)] for k in range(workers)]
     return _time_together(cmds, timeout_s)
@@ -136,7 +129,7 @@ def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, thr
     from scalelab.runner.launch import free_port
 
     spec_json, port = _spec_json(spec, algorithm), free_port()
-    cmds = [[sys.executable, "-m", "scalelab.experiment.measure", "--time-ddp-steps",
+    cmds = [[sys.executable, "-m", CHILD, "--time-ddp-steps",
              spec_json, str(batch_size), str(threads), str(steps), str(seed), str(port),
              str(workers), str(rank), str(int(ddp))] for rank in range(workers)]
     return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
@@ -341,115 +334,3 @@ def measured_parts(run: dict) -> dict[str, float | None]:
         "exchange_s": _median(steps, "exchange_s") if arch == "ps" else None,
         "samples_per_s": run.get("samples_per_s"),
     }
-
-
-def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
-                      seed: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)
-    spec, algorithm = _spec_of(spec_json)
-    _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
-                    algorithm=algorithm)
-
-
-def _time_when_told(spec: WorkloadSpec, model, batch_size: int, threads: int, steps: int,
-                    seed: int, batches=None, settle: int = 1, algorithm: str = "default",
-                    **extra) -> None:
-    """Warm ``model`` up, say ``ready``, wait for the go line, then time ``steps`` steps
-    after ``settle`` untimed ones with :func:`scalelab.profiler.time_steps` (on ``batches``
-    when given) and print them, with ``extra``, as one JSON line."""
-    from scalelab.profiler import time_steps
-
-    time_steps(spec, model, batch_size, algorithm=algorithm, warmup=1, steps=1, seed=seed,
-               batches=batches)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    t = time_steps(spec, model, batch_size, algorithm=algorithm, warmup=settle, steps=steps,
-                   seed=seed, batches=batches)
-    print(json.dumps({**asdict(t), "threads": threads, **extra}), flush=True)
-
-
-def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
-                          seed: int, data: str, loader_workers: int, workers: int,
-                          worker: int) -> None:
-    import itertools
-
-    import torch
-
-    from scalelab.runner.data import ImageFolderShards
-    from scalelab.runner.loader import LoaderShards
-
-    torch.set_num_threads(threads)
-    spec, algorithm = _spec_of(spec_json)
-    shards = ImageFolderShards(spec, data, seed, workers, batch_size)
-    index = itertools.count()
-    # two steps before the go line (the loaders start and deliver), the settling ones, the
-    # timed ones
-    with LoaderShards(shards, worker, 2 + SETTLE_STEPS + steps, loader_workers) as feed:
-        _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
-                        batches=lambda: feed.shard(next(index), worker), settle=SETTLE_STEPS,
-                        algorithm=algorithm, loader_workers=loader_workers)
-
-
-def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
-                          seed: int, port: int, workers: int, rank: int, ddp: int) -> None:
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-
-    torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=workers, timeout=timedelta(seconds=120))
-    try:
-        spec, algorithm = _spec_of(spec_json)
-        model, batches = spec.build_model(seed=seed), None
-        if ddp:  # as the runner's DDP workers: gradients are views of the buckets, and the
-            # model is in its memory format before DDP sees it
-            from scalelab.runner.compute import Computation
-
-            model = DistributedDataParallel(Computation(algorithm, "cpu").model(model),
-                                            gradient_as_bucket_view=True)
-        else:
-            x, y = spec.synthetic_batch(batch_size, seed=seed)
-
-            def batches():
-                dist.barrier()
-                return x, y
-        _time_when_told(spec, model, batch_size, threads, steps, seed, batches=batches,
-                        algorithm=algorithm)
-        # every rank done with its collectives before any closes its connections: a rank
-        # that tears down first can abort the other's transport thread at exit
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
-
-
-def child_main(argv: list[str]) -> int:
-    """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process;
-    ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker;
-    ``--time-ddp-steps ... SEED PORT WORKERS RANK DDP``: one rank on loopback (DDP 1: a DDP
-    model; 0: a plain one meeting the others before each step)."""
-    if len(argv) == 6 and argv[0] == "--time-steps":
-        _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
-        return 0
-    if len(argv) == 10 and argv[0] == "--time-ddp-steps":
-        _time_ddp_steps_child(argv[1], *map(int, argv[2:10]))
-        return 0
-    if len(argv) == 10 and argv[0] == "--time-fed-steps":
-        _time_fed_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]),
-                              argv[6], int(argv[7]), int(argv[8]), int(argv[9]))
-        return 0
-    print("usage: python -m scalelab.experiment.measure --time-steps SPEC_JSON BATCH THREADS "
-          "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
-          "WORKERS WORKER | --time-ddp-steps SPEC_JSON BATCH THREADS STEPS SEED PORT WORKERS "
-          "RANK DDP", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    from scalelab.runner.launch import leave
-
-    leave(child_main(sys.argv[1:]))

@@ -1,0 +1,139 @@
+"""One step-timing process of :mod:`scalelab.experiment.measure`.
+
+``python -m scalelab.experiment.timing_child --time-steps SPEC_JSON BATCH THREADS STEPS
+SEED`` (or ``--time-fed-steps`` / ``--time-ddp-steps``, see :func:`child_main`): builds the
+model, warms it up, prints ``ready``, waits for a line on its standard input so that every
+process of a timing starts together, times its steps with
+:func:`scalelab.profiler.time_steps` and prints them as one JSON line. ``SPEC_JSON`` is the
+workload with its computation configuration (``algorithm``), as
+:func:`scalelab.experiment.measure.time_concurrently` writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict
+
+from scalelab.workload import WorkloadSpec
+
+SETTLE_STEPS = 2
+"""Fed steps left untimed after the go line (the loaders' queues filling)."""
+
+
+def _spec_of(spec_json: str) -> tuple[WorkloadSpec, str]:
+    d = json.loads(spec_json)
+    algorithm = d.pop("algorithm", "default")
+    return WorkloadSpec.from_dict(d), algorithm
+
+
+def _time_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                      seed: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    spec, algorithm = _spec_of(spec_json)
+    _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
+                    algorithm=algorithm)
+
+
+def _time_when_told(spec: WorkloadSpec, model, batch_size: int, threads: int, steps: int,
+                    seed: int, batches=None, settle: int = 1, algorithm: str = "default",
+                    **extra) -> None:
+    """Warm ``model`` up, say ``ready``, wait for the go line, then time ``steps`` steps
+    after ``settle`` untimed ones with :func:`scalelab.profiler.time_steps` (on ``batches``
+    when given) and print them, with ``extra``, as one JSON line."""
+    from scalelab.profiler import time_steps
+
+    time_steps(spec, model, batch_size, algorithm=algorithm, warmup=1, steps=1, seed=seed,
+               batches=batches)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t = time_steps(spec, model, batch_size, algorithm=algorithm, warmup=settle, steps=steps,
+                   seed=seed, batches=batches)
+    print(json.dumps({**asdict(t), "threads": threads, **extra}), flush=True)
+
+
+def _time_fed_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                          seed: int, data: str, loader_workers: int, workers: int,
+                          worker: int) -> None:
+    import itertools
+
+    import torch
+
+    from scalelab.runner.data import ImageFolderShards
+    from scalelab.runner.loader import LoaderShards
+
+    torch.set_num_threads(threads)
+    spec, algorithm = _spec_of(spec_json)
+    shards = ImageFolderShards(spec, data, seed, workers, batch_size)
+    index = itertools.count()
+    # two steps before the go line (the loaders start and deliver), the settling ones, the
+    # timed ones
+    with LoaderShards(shards, worker, 2 + SETTLE_STEPS + steps, loader_workers) as feed:
+        _time_when_told(spec, spec.build_model(seed=seed), batch_size, threads, steps, seed,
+                        batches=lambda: feed.shard(next(index), worker), settle=SETTLE_STEPS,
+                        algorithm=algorithm, loader_workers=loader_workers)
+
+
+def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                          seed: int, port: int, workers: int, rank: int, ddp: int) -> None:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=workers, timeout=timedelta(seconds=120))
+    try:
+        spec, algorithm = _spec_of(spec_json)
+        model, batches = spec.build_model(seed=seed), None
+        if ddp:  # as the runner's DDP workers: gradients are views of the buckets, and the
+            # model is in its memory format before DDP sees it
+            from scalelab.runner.compute import Computation
+
+            model = DistributedDataParallel(Computation(algorithm, "cpu").model(model),
+                                            gradient_as_bucket_view=True)
+        else:
+            x, y = spec.synthetic_batch(batch_size, seed=seed)
+
+            def batches():
+                dist.barrier()
+                return x, y
+        _time_when_told(spec, model, batch_size, threads, steps, seed, batches=batches,
+                        algorithm=algorithm)
+        # every rank done with its collectives before any closes its connections: a rank
+        # that tears down first can abort the other's transport thread at exit
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def child_main(argv: list[str]) -> int:
+    """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process;
+    ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker;
+    ``--time-ddp-steps ... SEED PORT WORKERS RANK DDP``: one rank on loopback (DDP 1: a DDP
+    model; 0: a plain one meeting the others before each step)."""
+    if len(argv) == 6 and argv[0] == "--time-steps":
+        _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
+        return 0
+    if len(argv) == 10 and argv[0] == "--time-ddp-steps":
+        _time_ddp_steps_child(argv[1], *map(int, argv[2:10]))
+        return 0
+    if len(argv) == 10 and argv[0] == "--time-fed-steps":
+        _time_fed_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]),
+                              argv[6], int(argv[7]), int(argv[8]), int(argv[9]))
+        return 0
+    print("usage: python -m scalelab.experiment.timing_child --time-steps SPEC_JSON BATCH THREADS "
+          "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
+          "WORKERS WORKER | --time-ddp-steps SPEC_JSON BATCH THREADS STEPS SEED PORT WORKERS "
+          "RANK DDP", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    from scalelab.runner.launch import leave
+
+    leave(child_main(sys.argv[1:]))
