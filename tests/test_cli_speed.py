@@ -17,6 +17,7 @@ import pytest
 
 from scalelab import opcache, opcount, workload
 from scalelab.cli import main
+from scalelab.hardware import bands as bandsmod
 from scalelab.hardware import fit as fitmod
 from scalelab.plan import layouts
 from scalelab.profiler import memory as profiler_memory
@@ -84,7 +85,7 @@ def test_a_cached_plan_counts_nothing(tmp_path, monkeypatch, capsys):
         monkeypatch.setattr(opcount, "step_ops", forbid("step_ops"))
         monkeypatch.setattr(workload, "describe", forbid("describe"))
         monkeypatch.setattr(fitmod, "fit", forbid("fit"))
-        monkeypatch.setattr(fitmod, "bands", forbid("bands"))
+        monkeypatch.setattr(bandsmod, "bands", forbid("bands"))
         monkeypatch.setattr(profiler_memory, "try_memory_components", forbid("memory"))
         assert main([*argv, "--out", str(tmp_path / "b.json")]) == 0
         assert calls == []

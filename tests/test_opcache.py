@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from scalelab import opcache, opcount, paths, workload
+from scalelab.hardware import bands as bandsmod
 from scalelab.hardware import fit as fitmod
 from scalelab.workload import WorkloadSpec
 
@@ -182,7 +183,7 @@ def test_memory_components_are_cached(cache, monkeypatch):
 def test_fit_and_bands_are_cached(cache, monkeypatch):
     calls = []
     monkeypatch.setattr(fitmod, "fit", lambda: calls.append("fit") or "F")
-    monkeypatch.setattr(fitmod, "bands", lambda: calls.append("bands") or "B")
+    monkeypatch.setattr(bandsmod, "bands", lambda: calls.append("bands") or "B")
     assert opcache.fit_and_bands() == ("F", "B")
     opcache.clear_memory()
     assert opcache.fit_and_bands() == ("F", "B")

@@ -166,3 +166,13 @@ def test_plan_layout_option_names_the_layout(tmp_path, capsys):
     with pytest.raises(SystemExit) as bad:  # argparse's choices: one line, exit 2
         main(["plan", "--workload", str(wl), "--layout", "zero4"])
     assert bad.value.code == 2 and "zero4" in capsys.readouterr().err
+
+
+def test_a_sharded_layout_on_a_cluster_naming_ps_does_not_claim_the_clusters_name():
+    inp = workload_from_dict({"param_bytes": 6_000_000_000, "batch_size": 32,
+                              "step_s": 0.5, "device": V100})
+    p = plan(inp, _cluster(architecture="ps"))
+    rec = p.recommendation
+    assert rec.layout in ("zero1", "zero2", "zero3") and rec.architecture == "allreduce"
+    assert not any("as the cluster names it" in r for r in p.to_dict()["recommendation"]
+                   ["reasons"] if r.startswith("architecture allreduce"))

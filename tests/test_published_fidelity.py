@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from scalelab.hardware import fidelity
+from scalelab.hardware.bands import bands
 from scalelab.hardware.estimate import estimate_step
-from scalelab.hardware.fit import bands, fit
+from scalelab.hardware.fit import fit
 from scalelab.hardware.reference import load_points, reference
 from scalelab.opcount import step_ops
 

@@ -142,3 +142,17 @@ def test_ranks_get_a_short_openmp_spin_unless_the_environment_sets_one():
     assert training_environment({"PATH": "/bin"}) == {"PATH": "/bin", **OMP_ENV}
     assert training_environment({"OMP_WAIT_POLICY": "ACTIVE"}) == {"OMP_WAIT_POLICY": "ACTIVE"}
     assert training_environment({"GOMP_SPINCOUNT": "0"}) == {"GOMP_SPINCOUNT": "0"}
+
+
+def test_colocate_and_dedicated_placement_contradict(capsys):
+    code = main(["run", "resnet18", "--workers", "2", "--ps", "1", "--colocate",
+                 "--ps-placement", "dedicated"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "contradicts --ps-placement dedicated" in err[0]
+
+
+def test_fp16_is_refused_for_sharded_runs_in_one_line(capsys):
+    code = main(["run", "resnet18", "--workers", "2", "--architecture", "fsdp",
+                 "--algorithm", "channels_last+fp16_autocast"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--architecture fsdp" in err[0]

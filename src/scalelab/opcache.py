@@ -3,7 +3,7 @@
 Counting a training step's operations (:func:`scalelab.opcount.step_ops`) builds the model
 and runs a step on meta tensors; describing a model (:func:`scalelab.workload.describe`)
 builds it too; the cross-device fit (:func:`scalelab.hardware.fit.fit` and its
-leave-one-out :func:`~scalelab.hardware.fit.bands`) counts the operations of every model in
+leave-one-out :func:`~scalelab.hardware.bands.bands`) counts the operations of every model in
 the reference table. Each takes seconds and gives the same answer for the same inputs, so
 each is computed once and kept in the per-user cache (:func:`scalelab.paths.cache_dir`):
 
@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from scalelab.paths import cache_dir
 
 if TYPE_CHECKING:
-    from scalelab.hardware.fit import Bands, Fit
+    from scalelab.hardware.bands import Bands
+    from scalelab.hardware.fit import Fit
     from scalelab.opcount import StepOps
     from scalelab.workload import WorkloadInfo, WorkloadSpec
 
@@ -55,7 +56,7 @@ _PACKAGE = Path(__file__).resolve().parent
 _SOURCES = {
     "ops": ("scalelab.opcount", ()),
     "describe": ("scalelab.workload", ()),
-    "fit": ("scalelab.hardware.fit", ("hardware/*.toml",)),
+    "fit": ("scalelab.hardware.bands", ("hardware/*.toml",)),  # imports the fit
     "memory": ("scalelab.profiler.memory", ()),
 }
 
@@ -141,9 +142,7 @@ def entry_path(key: dict[str, Any]) -> Path:
 def _load(path: Path, key: dict[str, Any]) -> tuple[bool, Any]:
     try:
         record = pickle.loads(path.read_bytes())
-    except FileNotFoundError:
-        return False, None
-    except Exception:  # noqa: BLE001 - a corrupt or foreign entry is counted again
+    except Exception:  # noqa: BLE001 - missing, corrupt or foreign: the entry is counted again
         return False, None
     if not isinstance(record, dict) or record.get("key") != key or "value" not in record:
         return False, None
@@ -244,12 +243,12 @@ def memory_components(spec: WorkloadSpec | str) -> dict | None:
 
 def fit_and_bands() -> tuple[Fit, Bands]:
     """The packaged reference data's fit and its leave-one-out bands
-    (:func:`scalelab.hardware.fit.fit`, :func:`~scalelab.hardware.fit.bands`), computed once
+    (:func:`scalelab.hardware.fit.fit`, :func:`~scalelab.hardware.bands.bands`), computed once
     per content of the reference data and the code that fits it."""
 
     def run():
-        from scalelab.hardware import fit
+        from scalelab.hardware import bands, fit
 
-        return fit.fit(), fit.bands()
+        return fit.fit(), bands.bands()
 
     return cached("fit", {}, run)

@@ -104,7 +104,12 @@ def _shard_level(args) -> int:
 
 
 def config_from_args(args):
+    from scalelab.errors import UsageError
     from scalelab.runner import RunConfig
+
+    if args.colocate and args.ps_placement == "dedicated":
+        raise UsageError("--colocate puts the servers on the worker hosts: it contradicts "
+                         "--ps-placement dedicated")
 
     return RunConfig(
         workload=workload_from_args(args), workers=args.workers, ps=args.ps,

@@ -15,7 +15,7 @@ host "sets the step" when N h is the larger.
 
 The error band is relative: on the fit's leave-one-out evidence, the step is within
 T_t x (1 +- band). Anchored, both rooflines contribute, so band = sqrt(b_s^2 + b_t^2) with b
-the device's band (:func:`scalelab.hardware.fit.bands`); unanchored, band = b_t.
+the device's band (:func:`scalelab.hardware.bands.bands`); unanchored, band = b_t.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scalelab import hardware
-from scalelab.hardware.fit import Bands, Fit, bands, fit, roofline_ops
+from scalelab.hardware.bands import Bands, bands
+from scalelab.hardware.fit import Fit, fit, roofline_ops
 from scalelab.hardware.reference import PRECISION_MODES, reference
 from scalelab.theory.roofline import RooflineStep, host_step_s, roofline_step, step_with_host_s
 

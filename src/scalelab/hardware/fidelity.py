@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scalelab import hardware
+from scalelab.hardware.bands import bands
 from scalelab.hardware.estimate import estimate_step
 from scalelab.hardware.fit import (
-    _twin_key,
-    bands,
     fit,
     fit_class,
     point_curve,
     precision_class,
+    twin_key,
 )
 from scalelab.hardware.reference import RefPoint, reference
 
@@ -59,9 +59,9 @@ def _pairs(points: Sequence[RefPoint]):
 
 
 def _fit_without(device: str):
-    twin = _twin_key(hardware.device(device))
+    twin = twin_key(hardware.device(device))
     keep = tuple(p for p in reference().points
-                 if _twin_key(hardware.device(p.device)) != twin)
+                 if twin_key(hardware.device(p.device)) != twin)
     return fit(keep)
 
 

@@ -32,16 +32,14 @@ instance, carries the 2016 ratio of Kepler to Pascal to a 2017 TensorFlow P100, 
 2016 fraction). A source of the borrowed generation, or no group with both, leaves the
 plain rule.
 
-Error bands (:func:`bands`): each point is left out in turn and predicted by a fit without
-it; per fit class, a fitted device's band is the median |relative error| and an unfitted
-device's the largest.
+Error bands from leave-one-out predictions: :mod:`scalelab.hardware.bands`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -192,7 +190,7 @@ def fit_class(device: str, precision: str) -> str:
     return "cuda-core"
 
 
-def _twin_key(device: hardware.Device) -> tuple:
+def twin_key(device: hardware.Device) -> tuple:
     """What identifies the silicon and clocks: the peaks and the memory bandwidth."""
     return (device.fp32_tflops, device.tf32_tflops, device.fp16_tflops, device.bf16_tflops,
             device.memory_bandwidth_Bps)
@@ -229,9 +227,9 @@ class Fit:
         own = self.devices.get((device, cls))
         if own is not None:
             return device, own
-        twin = _twin_key(hardware.device(device))
+        twin = twin_key(hardware.device(device))
         for (name, c), v in sorted(self.devices.items()):
-            if c == cls and _twin_key(hardware.device(name)) == twin:
+            if c == cls and twin_key(hardware.device(name)) == twin:
                 return name, v
         return None
 
@@ -404,80 +402,3 @@ def predict_step_s(p: RefPoint, f: Fit) -> float:
     """Absolute roofline step time of point ``p``'s workload on its device under ``f``."""
     fr = f.fractions(p.device, p.precision)
     return float(point_curve(p, f.factor_key(p.device, p.precision))(fr.e_c, fr.e_m))
-
-
-@dataclass(frozen=True)
-class Bands:
-    """Relative error bands of the fit, per fit class, from leave-one-out errors.
-
-    A device with its own points in that class gets the 80th percentile of the class's
-    |LOO errors| (so about four misses in five fall inside it); a device without them gets
-    the class's largest |LOO error| (the worst miss when a device's point was left out).
-    """
-
-    seen: dict[str, float]  # fit class -> band for a device fitted in that class
-    unseen: dict[str, float]  # fit class -> band for a device that is not
-    fitted: frozenset  # (device, fit class) pairs with points
-    loo_errors: tuple[tuple[RefPoint, float], ...]  # (point, predicted/measured - 1)
-    host: float = 0.0  # band of a step the host sets: the largest |LOO error| of such points
-    host_cases: int = 0  # points whose left-out prediction was the host's time
-
-    def band(self, device: str, precision: str, host_bound: bool = False) -> float:
-        """The band of ``device`` at ``precision``; a step the host sets gets the host's
-        band when the table has such points (else its class's)."""
-        if host_bound and self.host_cases:
-            return self.host
-        cls = fit_class(device, precision)
-        twin = _twin_key(hardware.device(device))
-        seen = any(c == cls and _twin_key(hardware.device(d)) == twin for d, c in self.fitted)
-        return (self.seen if seen else self.unseen).get(cls, max(self.unseen.values(),
-                                                                 default=1.0))
-
-    def without(self, device: str) -> Bands:
-        """The bands as if ``device`` (and its same-chip twins) had no reference points."""
-        twin = _twin_key(hardware.device(device))
-        return replace(self, fitted=frozenset(
-            (d, c) for d, c in self.fitted if _twin_key(hardware.device(d)) != twin))
-
-
-SEEN_QUANTILE = 0.8  # a fitted device's band covers this share of its class's LOO errors
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile of ``values`` (linear between order statistics)."""
-    v = sorted(values)
-    pos = q * (len(v) - 1)
-    i = int(pos)
-    return v[i] if i + 1 >= len(v) else v[i] + (pos - i) * (v[i + 1] - v[i])
-
-
-@lru_cache(maxsize=1)
-def bands() -> Bands:
-    """Leave-one-out errors of the packaged reference fit, summarized per fit class.
-
-    Each point is predicted by a fit without it (the operation classes' factors kept as the
-    whole table's); a device whose only point in a class is
-    left out falls back to a same-chip device or to the class's pooled fractions (not to its
-    generation's), so these errors measure how far devices' fractions spread around the
-    class: per-class medians of 11-25% on the fit's own table, where the generation's
-    fractions miss by 10-18%. Neither says how much a device pair's ratio moves between
-    software releases. Points whose prediction is the host's time (the floor) give the band
-    of a step the host sets, their own.
-    """
-    points = reference().points
-    full = fit(points)
-    loo, host = [], []
-    for i, p in enumerate(points):
-        f = replace(fit(points[:i] + points[i + 1:], factors=full.factors),
-                    by_generation=False)
-        step = predict_step_s(p, f)
-        loo.append((p, step / p.step_s - 1.0))
-        if step <= point_curve(p, f.factor_key(p.device, p.precision)).floor_s * (1 + 1e-12):
-            host.append(abs(loo[-1][1]))
-    by_class: dict[str, list[float]] = {}
-    for p, e in loo:
-        by_class.setdefault(fit_class(p.device, p.precision), []).append(abs(e))
-    seen = {c: _quantile(v, SEEN_QUANTILE) for c, v in by_class.items()}
-    unseen = {c: max(v) for c, v in by_class.items()}
-    fitted = frozenset((p.device, fit_class(p.device, p.precision)) for p in points)
-    return Bands(seen, unseen, fitted, tuple(loo), max(host, default=0.0), len(host))

@@ -350,8 +350,10 @@ def apply(choice, all_rows: dict, decision: LayoutDecision | None):
             overhead_ratio=(step_s - o.compute_s) / o.compute_s,
             samples_per_s_low=row.samples_per_s_low and row.samples_per_s_low * scale,
             samples_per_s_high=row.samples_per_s_high and row.samples_per_s_high * scale)
-    return Choice(arch, row, {**choice.best, arch: row}, named=choice.named,
-                  faster=choice.faster if choice.faster != arch else None)
+    same = arch == choice.architecture  # the cluster's name holds only for its architecture
+    return Choice(arch, row, {**choice.best, arch: row}, named=choice.named and same,
+                  faster=choice.faster if choice.faster != arch else None,
+                  below_target=choice.below_target and same)
 
 
 def replan_inputs(inp, cluster, options, decision: LayoutDecision):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from scalelab.algorithm_names import parse
 from scalelab.errors import UsageError
 from scalelab.results import write_text_atomic
 
@@ -36,7 +37,7 @@ def identity(cfg, model) -> dict:
     }
     if cfg.architecture == "ps":
         d["layout"] = [cfg.ps, cfg.partition, cfg.piece_bytes or 0]
-        if "channels_last" in cfg.algorithm.split("+"):  # pieces cover NHWC memory order
+        if "channels_last" in parse(cfg.algorithm):  # pieces cover NHWC memory order
             d["memory_format"] = "channels_last"
     if cfg.architecture == "fsdp":  # ZeRO-1's optimizer shards are placed per rank
         d["layout"] = [cfg.shard_level, cfg.workers if cfg.shard_level == 1 else 0]

@@ -40,9 +40,7 @@ class Computation:
         return module
 
     def batch(self, x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last and x.dim() == 4:
-            return x.contiguous(memory_format=torch.channels_last)
-        return x
+        return algorithms.prepare_batch(self.name, x)
 
     def autocast(self):
         return algorithms.autocast(self.name, self.device)
@@ -67,11 +65,3 @@ def flat(t: torch.Tensor) -> torch.Tensor:
         return t.permute(0, 2, 3, 1).view(-1)
     raise ValueError(f"a tensor of shape {tuple(t.shape)} and strides {t.stride()} is neither "
                      "contiguous nor channels_last")
-
-
-def flat_like(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``t``'s elements in ``like``'s memory order (a gradient read in its parameter's order)."""
-    if like.dim() == 4 and not like.is_contiguous() \
-            and like.is_contiguous(memory_format=torch.channels_last):
-        return t.permute(0, 2, 3, 1).reshape(-1)
-    return t.reshape(-1)

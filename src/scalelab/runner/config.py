@@ -50,6 +50,9 @@ def _check_algorithm(cfg) -> None:
             f"--algorithm {cfg.algorithm}: fp16 trains through loss scaling, which needs the "
             "optimizer beside the gradients; parameter servers apply the workers' gradients "
             "(use bf16_autocast, or --architecture allreduce)")
+    if "fp16_autocast" in opts and cfg.architecture == "fsdp":
+        raise UsageError(f"--algorithm {cfg.algorithm}: fp16 loss scaling is not built "
+                         "for --architecture fsdp (use bf16_autocast)")
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,6 @@ class RunConfig:
                 f"unknown architecture {self.architecture!r} (ps, allreduce or fsdp)")
         if self.shard_level not in SHARD_LEVELS:
             raise UsageError(f"--zero must be 1, 2 or 3, got {self.shard_level}")
-        if self.architecture == "fsdp" and "fp16_autocast" in str(self.algorithm):
-            raise UsageError(f"--algorithm {self.algorithm}: fp16 loss scaling is not built "
-                             "for --architecture fsdp (use bf16_autocast)")
         if self.mode not in MODES:
             raise UsageError(f"unknown mode {self.mode!r} (sync or async)")
         if self.partition not in PARTITIONS:

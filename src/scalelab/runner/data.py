@@ -47,11 +47,12 @@ class SyntheticShards:
                  device: str | torch.device = "cpu"):
         self.spec, self.seed, self.workers, self.batch_size = spec, seed, workers, batch_size
         self.device = torch.device(device)
+        self._gen = None if self.device.type == "cpu" else torch.Generator(device=self.device)
 
     def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.device.type == "cpu":
             return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker))
-        g = torch.Generator(device=self.device).manual_seed(mix(self.seed, step, worker))
+        g = self._gen.manual_seed(mix(self.seed, step, worker))
         x = torch.randn((self.batch_size, *self.spec.input_shape), generator=g,
                         device=self.device)
         y = torch.randint(0, self.spec.num_classes, (self.batch_size,), generator=g,

@@ -145,7 +145,7 @@ class DeviceBatches:
 
 
 @contextlib.contextmanager
-def open_shards(cfg, worker: int, pin_memory: bool = False, device=None):
+def open_shards(cfg, worker: int, device=None):
     """Worker ``worker``'s shards for a run.
 
     Synthetic data is made on ``device`` (default the CPU). An image folder is read by
@@ -159,7 +159,7 @@ def open_shards(cfg, worker: int, pin_memory: bool = False, device=None):
         return
     cuda = device.type == "cuda"
     with LoaderShards(shards, worker, cfg.steps, cfg.loader_workers,
-                      pin_memory=pin_memory or cuda, timeout_s=cfg.timeout_s) as loader:
+                      pin_memory=cuda, timeout_s=cfg.timeout_s) as loader:
         if not cuda:
             yield loader
             return

@@ -22,6 +22,8 @@ import statistics
 import time
 from collections.abc import Iterator
 
+from scalelab.theory.band import quantile
+
 _NULL = contextlib.nullcontext()
 
 
@@ -82,18 +84,15 @@ class StepTimer:
     one ended (its last mark), so idle time between steps is in some step, not in none.
     """
 
-    def __init__(self, sync=None, clock=None, after: StepTimer | None = None):
+    def __init__(self, clock=None, after: StepTimer | None = None):
         self.steps: list[dict[str, float]] = []
         self._current: dict[str, float] | None = None
-        self._sync = sync  # e.g. torch.cuda.synchronize before each host clock read (legacy)
         self.clock = clock or HOST_CLOCK
         self._after = after
         self._spans: list[tuple[str, object, object]] = []
         self._t0 = self._t1 = None
 
     def _now(self):
-        if self._sync is not None:
-            self._sync()
         return self.clock.mark()
 
     def start_step(self) -> None:
@@ -145,20 +144,11 @@ def maybe_phase(timer: StepTimer | None, name: str):
     return _NULL if timer is None else timer.phase(name)
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = q * (len(sorted_values) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
 def summarize(values: list[float]) -> dict[str, float] | None:
     """``{median, p10, p90, spread, n}``; ``spread`` is p90 - p10. None for no values."""
     vals = sorted(float(v) for v in values)
     if not vals:
         return None
-    p10, p90 = _quantile(vals, 0.1), _quantile(vals, 0.9)
+    p10, p90 = quantile(vals, 0.1), quantile(vals, 0.9)
     return {"median": statistics.median(vals), "p10": p10, "p90": p90,
             "spread": p90 - p10, "n": len(vals)}

@@ -62,6 +62,18 @@ class ErrorBand:
         return cls(float(d["low"]), float(d["high"]), int(d["cases"]), str(d.get("source", "")))
 
 
+def quantile(values, q: float) -> float:
+    """The ``q`` quantile of ``values`` (0 <= q <= 1), linear between order statistics: at
+    position ``q (n - 1)`` of the sorted values (numpy's default, ``statistics.quantiles``'
+    ``inclusive`` method)."""
+    v = sorted(values)
+    if not v:
+        raise ValueError("the quantile of no values")
+    pos = q * (len(v) - 1)
+    i = int(pos)
+    return v[i] if i + 1 >= len(v) else v[i] + (pos - i) * (v[i + 1] - v[i])
+
+
 def band_from_log_errors(log_errors: list[float], source: str = "") -> ErrorBand:
     """``low = exp(-max r)``, ``high = exp(-min r)`` over ``r = log(pred/meas)``, around 1."""
     if not log_errors:
