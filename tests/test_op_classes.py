@@ -19,6 +19,7 @@ def _classes(model):
 
 def test_depthwise_convolutions_are_their_own_class():
     mob = step_ops("mobilenet_v2", 4)
+    assert any(o.op_class == "conv_grouped" for o in mob.ops)
     grouped = [o for o in mob.ops if o.op_class == "conv_grouped"]
     # 17 depthwise convolutions: forward and backward each
     assert len([o for o in grouped if o.phase == "forward"]) == 17
@@ -38,6 +39,8 @@ def test_each_op_at_the_precision_the_configuration_gives_it():
     fp32 = roofline_ops(vit, h200, "fp32")
     tf32 = roofline_ops(vit, h200, "tf32")
     bf16 = roofline_ops(vit, h200, "bf16")
+    classes = {o.op_class for o in vit.ops}
+    assert {"matmul", "conv", "elementwise"} <= classes  # the loop below checks each
     for o, a, b, c in zip(vit.ops, fp32, tf32, bf16):
         if o.op_class == "matmul":  # FP32 by default, TF32 only when asked, bf16 in autocast
             assert (a.peak_flops, b.peak_flops, c.peak_flops) == (67e12, 494.5e12, 989.5e12)
@@ -49,6 +52,7 @@ def test_each_op_at_the_precision_the_configuration_gives_it():
             assert c.nbytes == pytest.approx(a.nbytes / 2)
     assert any(o.name == "native_layer_norm" for o in vit.ops)
     mob = step_ops("mobilenet_v2", 4)
+    assert any(o.op_class == "conv_grouped" for o in mob.ops)
     for o, r in zip(mob.ops, roofline_ops(mob, h200, "bf16")):
         if o.op_class == "conv_grouped":  # depthwise kernels do not run on tensor cores
             assert r.peak_flops == 67e12

@@ -220,7 +220,7 @@ def _run_ddp(cfg, k, model, ident, log, place) -> dict:
     summary = {"resumed_from_step": start, "param_bytes": w.param_bytes}
     if k == 0:
         summary["final_param_checksum"] = checksum(w.params)
-        _save_params(cfg, w.module)
+        _save_params(cfg, dict(w.module.named_parameters()))
     return summary
 
 
@@ -238,25 +238,19 @@ def _run_fsdp(cfg, k, model, ident, log, place) -> dict:
     full = w.named_full_params()  # a collective: every rank takes part
     if k == 0:
         summary["final_param_checksum"] = checksum(full.values())
-        if cfg.final_params_path:
-            import io
-
-            from scalelab.results import write_text_atomic
-
-            buf = io.BytesIO()
-            torch.save(full, buf)
-            write_text_atomic(cfg.final_params_path, buf.getvalue())
+        _save_params(cfg, full)
     return summary
 
 
-def _save_params(cfg, model) -> None:
+def _save_params(cfg, params: dict) -> None:
+    """The final parameters (name -> tensor) to ``cfg.final_params_path``, if one is set."""
     if cfg.final_params_path:
         import io
 
         from scalelab.results import write_text_atomic
 
         buf = io.BytesIO()
-        torch.save({n: p.detach().cpu().clone() for n, p in model.named_parameters()}, buf)
+        torch.save({n: p.detach().cpu().clone() for n, p in params.items()}, buf)
         write_text_atomic(cfg.final_params_path, buf.getvalue())
 
 
@@ -304,7 +298,7 @@ def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
                "shard_fractions": layout.shard_fractions()}
     if k == 0:
         summary["final_param_checksum"] = checksum(params)
-        _save_params(cfg, model)
+        _save_params(cfg, dict(model.named_parameters()))
     return summary
 
 
