@@ -22,6 +22,16 @@ and after. Goal: median <= 10%, max <= 25% uncalibrated; calibrated no worse.
 
     sudo python benchmarks/prediction_error.py --out bench-out/prediction_error.json \\
         --plot bench-out/prediction_error.png
+
+``--sharded`` runs the sharded section instead: ZeRO-1, -2 and -3
+(``scalelab run --architecture fsdp --zero N``) of the AlexNet-like model on two workers at
+300 and 500 Mbit/s (:data:`SHARDED`). Each case is predicted from its layout's step on
+loopback and its collectives replayed on loopback and on the case's link
+(:mod:`scalelab.theory.sharded_step`); nothing is fitted, so every case is held out.
+Printed: their median and max |error| (goal <= 5%, <= 15%) and the load average.
+
+    sudo python benchmarks/prediction_error.py --sharded \\
+        --out bench-out/prediction_error_sharded.json --plot ""
 """
 
 from __future__ import annotations
@@ -63,6 +73,16 @@ def ar(w, rate, b):
             "batch_size": b, "rate": rate}
 
 
+def fsdp(w, zero, rate, b):
+    return {"architecture": "fsdp", "workers": w, "zero": zero, "ps": None, "partition": None,
+            "batch_size": b, "rate": rate}
+
+
+SHARDED = [(COMM, [fsdp(2, 1, "300mbit", 8), fsdp(2, 2, "300mbit", 8), fsdp(2, 3, "300mbit", 8),
+                   fsdp(2, 1, "500mbit", 16), fsdp(2, 2, "500mbit", 16),
+                   fsdp(2, 3, "500mbit", 16)])]
+SHARDED_GOAL = {"median_abs_error": 0.05, "max_abs_error": 0.15}
+
 GRID = [
     (COMM, [ps(2, 1, "300mbit", 8), ps(2, 2, "300mbit", 8), ps(4, 1, "300mbit", 8),
             ps(4, 2, "300mbit", 8), ps(4, 4, "300mbit", 8), ps(2, 2, "300mbit", 8, "tensor"),
@@ -102,6 +122,59 @@ def _print_summary(result: dict, cal, load_before) -> None:
           + json.dumps({k: round(v, 9) for k, v in cal.params.to_dict().items()}))
 
 
+def _run_grid(grid, options) -> tuple[list, dict, list]:
+    cases, links, contention = [], {}, []
+
+    def show(case):
+        print(f"  {describe_config(case.config):32s} "
+              f"predicted {case.predicted_step_s * 1e3:8.1f} ms  "
+              f"measured {case.measured_step_s * 1e3:8.1f} ms  error {case.error:+.1%}"
+              f"  ({case.bottleneck})", flush=True)
+
+    for spec, configs in grid:
+        print(f"{spec.model}: {len(configs)} cases", flush=True)
+        v = run_cases(spec, configs, options, say=lambda m: print(f"  . {m}", flush=True),
+                      on_case=show).to_dict()
+        cases += v["cases"]
+        links.update(v["link"])
+        contention += [{"model": spec.model, **c} for c in v["contention"]]
+    return cases, links, contention
+
+
+def sharded(args, options) -> int:
+    """The sharded section: every case held out (nothing is fitted to them)."""
+    t0, load_before = time.perf_counter(), os.getloadavg()
+    cases, links, _ = _run_grid(SHARDED, options)
+    held = error_summary(cases)
+    load_after = os.getloadavg()
+    result = {
+        "cases": cases, "link": links, "held_out": held, "fitted_cases": 0,
+        "goal": SHARDED_GOAL,
+        "meets_goal": (held["median_abs_error"] <= SHARDED_GOAL["median_abs_error"]
+                       and held["max_abs_error"] <= SHARDED_GOAL["max_abs_error"]),
+        "grid_s": time.perf_counter() - t0,
+        "load_average_1min": {"before": load_before[0], "after": load_after[0],
+                              "cores": os.cpu_count()},
+    }
+    for c in cases:
+        i = c["inputs"]
+        print(f"  {describe_config(c['config']):32s} loopback step "
+              f"{i['loopback_step_s'] * 1e3:6.1f} ms, collectives "
+              f"{i['loopback_exchange_s'] * 1e3:6.1f} ms there, "
+              f"{i['link_exchange_s'] * 1e3:6.1f} ms on the link")
+    print(f"{len(cases)} sharded cases in {result['grid_s']:.0f} s, none fitted; load average "
+          f"{load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores")
+    print(f"held-out |error|: median {held['median_abs_error']:.1%}, max "
+          f"{held['max_abs_error']:.1%}  (goal <= 5%, <= 15%)")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json(args.out, "validation", result)
+    if args.plot:
+        plot_validation({"cases": cases, "median_abs_error": held["median_abs_error"],
+                         "max_abs_error": held["max_abs_error"]}, args.plot)
+    print(f"-> {args.out}" + (f", {args.plot}" if args.plot else ""))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8)
@@ -111,26 +184,16 @@ def main() -> int:
                     help="every k-th case is used for fitting (default 3)")
     ap.add_argument("--out", default="bench-out/prediction_error.json")
     ap.add_argument("--plot", default="bench-out/prediction_error.png")
+    ap.add_argument("--sharded", action="store_true",
+                    help="run the sharded section (ZeRO-1/2/3 on emulated links) instead")
     args = ap.parse_args()
     options = ValidationOptions(steps=args.steps, warmup_steps=2, timeout_s=120,
                                 profile_steps=args.profile_steps)
+    if args.sharded:
+        return sharded(args, options)
     t0 = time.perf_counter()
     load_before = os.getloadavg()
-    cases, links, contention = [], {}, []
-
-    def show(case):
-        print(f"  {describe_config(case.config):32s} "
-              f"predicted {case.predicted_step_s * 1e3:8.1f} ms  "
-              f"measured {case.measured_step_s * 1e3:8.1f} ms  error {case.error:+.1%}"
-              f"  ({case.bottleneck})", flush=True)
-
-    for spec, configs in GRID:
-        print(f"{spec.model}: {len(configs)} cases", flush=True)
-        v = run_cases(spec, configs, options, say=lambda m: print(f"  . {m}", flush=True),
-                      on_case=show).to_dict()
-        cases += v["cases"]
-        links.update(v["link"])
-        contention += [{"model": spec.model, **c} for c in v["contention"]]
+    cases, links, contention = _run_grid(GRID, options)
     grid_s = time.perf_counter() - t0
 
     for i, c in enumerate(cases):

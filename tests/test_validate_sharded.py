@@ -1,5 +1,7 @@
 """validate's sharded cases: grid key architecture=fsdp with zero=1,2,3, the case's
-inputs and its prediction (DDP's step with the ZeRO level's exposed exchange)."""
+inputs and its prediction (on an emulated link: its step on loopback with its collectives
+moved to the link; without those measurements: DDP's step with the level's exposed
+exchange)."""
 
 import pytest
 
@@ -34,6 +36,27 @@ def _inputs(**kw):
     return CaseInputs(**base)
 
 
+def test_a_sharded_case_on_a_link_is_its_loopback_step_with_the_collectives_moved():
+    # measured: the layout's step on loopback 80 ms, its collectives 50 ms there and 490 ms
+    # on the case's link: nothing overlaps on CPU, so only the collectives' time changes
+    for level in (1, 2, 3):
+        case = _inputs(zero=level, loopback_step_s=0.080, link_exchange_s=0.490,
+                       loopback_exchange_s=0.050)
+        got = predict_case(case)
+        assert got.step_s == pytest.approx(0.080 - 0.050 + 0.490)
+        assert got.comm_s == pytest.approx(0.490) and got.compute_s == pytest.approx(0.030)
+        assert got.bottleneck == "communication" and "nothing overlapped" in got.form
+        assert CaseInputs.from_dict(case.to_dict()) == case
+    # a link faster than the replay on loopback never makes the step faster than loopback
+    fast = _inputs(zero=3, loopback_step_s=0.080, link_exchange_s=0.010,
+                   loopback_exchange_s=0.050)
+    assert predict_case(fast).step_s == pytest.approx(0.080)
+    # the ZeRO-1 step is its own, not DDP's with a broadcast added
+    assert predict_case(_inputs(zero=1, loopback_step_s=0.080, link_exchange_s=0.490,
+                                loopback_exchange_s=0.050)).step_s != predict_case(
+        _inputs(zero=1)).step_s
+
+
 def test_a_sharded_case_is_ddps_step_with_the_levels_exposed_exchange():
     ddp = predict_case(_inputs(architecture="allreduce", zero=0))
     exposed = ddp.step_s - ddp.compute_s
@@ -51,6 +74,7 @@ def test_case_inputs_round_trip_and_refuse_a_level_without_fsdp():
     case = _inputs(zero=1)
     assert CaseInputs.from_dict(case.to_dict()) == case
     assert "zero" not in _inputs(architecture="allreduce", zero=0).to_dict()
+    assert "loopback_step_s" not in case.to_dict()  # measured on emulated links only
     with pytest.raises(ValueError, match="zero"):
         _inputs(zero=0)
     with pytest.raises(ValueError, match="zero"):

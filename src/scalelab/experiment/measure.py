@@ -31,12 +31,18 @@
   median wait for a batch and the compute under that load tell how long the host's cores
   take to feed and train one step (:meth:`Measurements.fed_timings`).
 
+- **sharded** (fsdp on an emulated link): the case's layout trained by the runner on
+  loopback (``CaseInputs.loopback_step_s``, the lower median of
+  ``FLOOR_REPEATS`` runs), and the step's collectives
+  (:func:`scalelab.theory.sharded_step.step_collectives`) replayed on Gloo in sequence, on
+  loopback and on the case's emulated link (:func:`time_collectives`).
+
 Compute, contention and floor are measured just before each case (``fresh_profiles``), so
 that load from other processes on a shared machine weighs on the prediction as it does on
 the run.
 
 The step-timing processes run :mod:`scalelab.experiment.timing_child` (``--time-steps``,
-``--time-ddp-steps`` and ``--time-fed-steps``).
+``--time-ddp-steps``, ``--time-fed-steps`` and ``--time-collectives``).
 """
 
 from __future__ import annotations
@@ -186,6 +192,48 @@ def fed_step_of(timings: list[dict], architecture: str) -> float:
     return statistics.median(t["data_s"] + compute_of(t, architecture) for t in timings)
 
 
+def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
+    """The collectives one step of ZeRO-``level`` issues for ``spec``'s model, counted on
+    meta tensors (:func:`scalelab.theory.sharded_step.step_collectives`); FSDP2's root unit
+    takes the parameters no block holds."""
+    import torch
+
+    from scalelab.profiler.memory import fsdp_units
+    from scalelab.theory.sharded_step import step_collectives
+
+    with torch.device("meta"):
+        model = spec.build_model(seed=None)
+    params = [p.numel() for p in model.parameters() if p.requires_grad]
+    units = [sum(p.numel() for p in u.parameters() if p.requires_grad)
+             for u in fsdp_units(model)]
+    root = sum(params) - sum(units)
+    return step_collectives(level, workers, units + ([root] if root > 0 else []), params)
+
+
+def time_collectives(collectives: list, workers: int, rate: str | None = None,
+                     repeats: int = 3, timeout_s: float = 300.0) -> float:
+    """Seconds ``workers`` Gloo ranks take for ``collectives`` in sequence (the slowest
+    rank's median of ``repeats``), on loopback or on an emulated network of ``rate``."""
+    from scalelab import netem
+    from scalelab.runner.launch import free_port
+
+    plan = json.dumps({"collectives": [[c.kind, c.numel, c.src] for c in collectives],
+                       "repeats": repeats})
+
+    def cmds(prefix, addr, port):
+        return [prefix(r) + [sys.executable, "-m", CHILD, "--time-collectives", plan, addr,
+                             str(port), str(workers), str(r)] for r in range(workers)]
+
+    if rate is None:
+        out = _time_together(cmds(lambda r: [], "127.0.0.1", free_port()), timeout_s,
+                             env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    else:
+        with netem.emulated_network(workers, rate) as net:
+            out = _time_together(cmds(net.exec_prefix, net.hosts[0].ip, 29500), timeout_s,
+                                 env={**os.environ, "GLOO_SOCKET_IFNAME": net.hosts[0].ifname})
+    return max(o["exchange_s"] for o in out)
+
+
 class Measurements:
     """Lone profiles, contention factors and links, measured when first needed and cached.
 
@@ -205,6 +253,7 @@ class Measurements:
         self.crowd: dict[tuple[int, int], list[dict]] = {}
         self.fed: dict[tuple[str, int, int, int], list[dict]] = {}
         self.ddp: dict[tuple[int, int], list[dict]] = {}
+        self.sharded: dict[tuple, float] = {}
         self.links: dict[str | None, dict] = {}
         self.profiles: list[dict] = []
 
@@ -214,6 +263,7 @@ class Measurements:
             self.crowd.clear()
             self.fed.clear()
             self.ddp.clear()
+            self.sharded.clear()
 
     def lone_timing(self, batch_size: int, threads: int) -> dict:
         key = (batch_size, threads)
@@ -275,6 +325,34 @@ class Measurements:
                 max(FED_STEPS, self.profile_steps), self.seed, algorithm=self.algorithm)
         return self.fed[key]
 
+    def sharded_loopback_step_s(self, batch_size: int, workers: int, level: int) -> float:
+        """The median step of ZeRO-``level`` trained by the runner on loopback, the lower
+        of ``FLOOR_REPEATS`` runs (load from other processes only slows a run down)."""
+        key = ("step", batch_size, workers, level)
+        if key not in self.sharded:
+            from scalelab.runner import RunConfig, run_training
+
+            self.say(f"running ZeRO-{level} with {workers} workers on loopback, batch "
+                     f"{batch_size} ({FLOOR_REPEATS} times)")
+            cfg = RunConfig(workload=self.spec, workers=workers, architecture="fsdp",
+                            batch_size=batch_size, shard_level=level,
+                            steps=max(FED_STEPS, self.profile_steps) + 2, warmup_steps=2,
+                            seed=self.seed, device="cpu", algorithm=self.algorithm)
+            self.sharded[key] = min(run_training(cfg)["steps"]["step_s"]["median"]
+                                    for _ in range(FLOOR_REPEATS))
+        return self.sharded[key]
+
+    def sharded_exchange_s(self, rate: str | None, workers: int, level: int) -> float:
+        """A ZeRO-``level`` step's collectives replayed in sequence on the link of
+        ``rate`` (None: loopback), seconds (:func:`time_collectives`)."""
+        key = ("exchange", rate, workers, level)
+        if key not in self.sharded:
+            self.say(f"timing ZeRO-{level}'s collectives of {workers} ranks on "
+                     f"{rate or 'loopback'}")
+            self.sharded[key] = time_collectives(model_collectives(self.spec, level, workers),
+                                                 workers, rate)
+        return self.sharded[key]
+
     def link(self, rate: str | None) -> dict:
         if rate not in self.links:
             from scalelab import netem
@@ -296,18 +374,25 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     :func:`scalelab.workload.describe`. An all-reduce case of two or more workers on an
     emulated link also gets its ``floor_step_s``: the median step of its workers timed as
     DDP processes on loopback (:meth:`Measurements.loopback_timings`); a parameter-server
-    case its ``compute_floor_s``: its workers' compute timed meeting before each step. A
-    case that itself runs on loopback gets neither: those timings are too near the run.
+    case its ``compute_floor_s``: its workers' compute timed meeting before each step; a
+    sharded case its own step on loopback and its collectives timed there and on its link.
+    A case that itself runs on loopback gets none of these: they are too near the run.
     """
     arch, w, b = config["architecture"], config["workers"], config["batch_size"]
     lone = meas.lone_timing(b, worker_threads(w))
     link = meas.link(config.get("rate"))
     floor = compute_floor = 0.0
+    level = (config.get("zero") or 3) if arch == "fsdp" else 0
+    sharded = {}
     if w > 1 and config.get("rate") is not None:
         if arch == "allreduce":
             floor = median_step_s(meas.loopback_timings(b, w))
-        elif arch == "ps":  # sharded cases: no floor measured (DDP's is not theirs)
+        elif arch == "ps":
             compute_floor = fed_step_of(meas.loopback_timings(b, w, ddp=False), "ps")
+        else:
+            sharded = {"link_exchange_s": meas.sharded_exchange_s(config["rate"], w, level),
+                       "loopback_step_s": meas.sharded_loopback_step_s(b, w, level),
+                       "loopback_exchange_s": meas.sharded_exchange_s(None, w, level)}
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
         partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,
@@ -316,7 +401,7 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
         bandwidth_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
         full_duplex=full_duplex_of(exchange_form), floor_step_s=floor,
         compute_floor_s=compute_floor, colocated=config.get("ps_placement") == "colocated",
-        zero=(config.get("zero") or 3) if arch == "fsdp" else 0)
+        zero=level, **sharded)
 
 
 def _median(steps: dict, name: str) -> float | None:

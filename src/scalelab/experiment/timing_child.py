@@ -111,16 +111,77 @@ def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
         dist.destroy_process_group()
 
 
+def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
+                            rank: int) -> None:
+    """Replay a step's collectives (:class:`scalelab.theory.sharded_step.Collective` as
+    ``[kind, numel, src]``) on Gloo, one after another as the step issues them (ZeRO-1's
+    broadcasts all started, then waited for, as ``ZeroRedundancyOptimizer`` does); print the
+    median time of the whole sequence over ``repeats``."""
+    import statistics
+    import time
+    import warnings
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    warnings.filterwarnings("ignore", category=FutureWarning)  # *_tensor names, all torchs
+    plan = json.loads(plan_json)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
+                            world_size=workers, timeout=timedelta(seconds=120))
+    try:
+        bufs = []
+        for kind, numel, src in plan["collectives"]:
+            whole = torch.ones(numel)
+            shard = torch.ones(max(numel // workers, 0))
+            bufs.append((kind, whole, shard, src))
+
+        def sequence():
+            pending = []
+            for kind, whole, shard, src in bufs:
+                if kind == "all_gather":
+                    dist.all_gather_into_tensor(whole, shard)
+                elif kind == "reduce_scatter":
+                    dist.reduce_scatter_tensor(shard, whole)
+                elif kind == "all_reduce":
+                    dist.all_reduce(whole)
+                else:
+                    pending.append(dist.broadcast(whole, src=src, async_op=True))
+            for w in pending:
+                w.wait()
+
+        sequence()  # warm: connections and buffers
+        print("ready", flush=True)
+        sys.stdin.readline()
+        times = []
+        for _ in range(int(plan["repeats"])):
+            dist.barrier()
+            t0 = time.perf_counter()
+            sequence()
+            times.append(time.perf_counter() - t0)
+        dist.barrier()
+        print(json.dumps({"exchange_s": statistics.median(times), "times_s": times}),
+              flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
 def child_main(argv: list[str]) -> int:
     """``--time-steps SPEC_JSON BATCH THREADS STEPS SEED``: one step-timing process;
     ``--time-fed-steps ... SEED DATA LOADERS WORKERS WORKER``: one fed worker;
     ``--time-ddp-steps ... SEED PORT WORKERS RANK DDP``: one rank on loopback (DDP 1: a DDP
-    model; 0: a plain one meeting the others before each step)."""
+    model; 0: a plain one meeting the others before each step);
+    ``--time-collectives PLAN_JSON ADDR PORT WORKERS RANK``: one rank replaying a step's
+    collectives."""
     if len(argv) == 6 and argv[0] == "--time-steps":
         _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return 0
     if len(argv) == 10 and argv[0] == "--time-ddp-steps":
         _time_ddp_steps_child(argv[1], *map(int, argv[2:10]))
+        return 0
+    if len(argv) == 6 and argv[0] == "--time-collectives":
+        _time_collectives_child(argv[1], argv[2], *map(int, argv[3:6]))
         return 0
     if len(argv) == 10 and argv[0] == "--time-fed-steps":
         _time_fed_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]),
@@ -129,7 +190,7 @@ def child_main(argv: list[str]) -> int:
     print("usage: python -m scalelab.experiment.timing_child --time-steps SPEC_JSON BATCH THREADS "
           "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
           "WORKERS WORKER | --time-ddp-steps SPEC_JSON BATCH THREADS STEPS SEED PORT WORKERS "
-          "RANK DDP", file=sys.stderr)
+          "RANK DDP | --time-collectives PLAN_JSON ADDR PORT WORKERS RANK", file=sys.stderr)
     return 2
 
 

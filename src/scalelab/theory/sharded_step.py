@@ -1,0 +1,179 @@
+"""The step of sharded data parallelism on CPU ranks over Gloo: its collectives, one by one.
+
+FSDP2 (ZeRO-2 and ZeRO-3 in :mod:`scalelab.runner.fsdp`) issues one collective per unit
+(:func:`scalelab.profiler.memory.fsdp_units`) and phase, each over the unit's flat buffer:
+
+- ZeRO-2 (``reshard_after_forward=False``): an all-gather of the unit's parameters before
+  its forward, a reduce-scatter of its gradient after its backward;
+- ZeRO-3 (``reshard_after_forward=True``): the same, and a second all-gather before its
+  backward (the parameters were freed after forward).
+
+ZeRO-1 (``ZeroRedundancyOptimizer`` over DDP) all-reduces the gradients as DDP does, one
+all-reduce per bucket (:func:`ddp_buckets`), then every parameter is broadcast from the
+rank that owns it (largest tensor first onto the least-loaded rank,
+:func:`scalelab.theory.sharding.greedy_whole_tensor_owners`), one broadcast per tensor,
+after the optimizer step.
+
+**Nothing overlaps on CPU.** On a CPU device FSDP2 waits for each unit's all-gather before
+the unit's compute and for the reduce-scatters before the optimizer step; there is no
+second stream for a prefetch to run on, and the cores that would compute also copy the
+buffers in and out (ZeRO-1's broadcasts follow the optimizer step, and DDP's all-reduce
+hides behind backward only as long as backward lasts, a fraction of it on a slow link).
+So the step is the sum of the compute, FSDP2's own work per unit
+(copy-in, copy-out, the sharded optimizer on the local shards) and every collective's
+time. Moving the same ranks from loopback to a slower link changes only the collectives'
+times (:func:`step_on_link_s`): ``T_link = T_loopback + X_link - X_loopback``, with X the
+sum of the step's collectives timed in sequence on each link. On two ranks of an
+AlexNet-like model (8 units, 7.0 MB of fp32 parameters, batch 8) with the load average at
+2-3 on two cores: loopback steps 74.3 ms (ZeRO-2) and 81.5 ms (ZeRO-3); the collectives
+replayed alone, 35 ms (ZeRO-2) and 51 ms (ZeRO-3) on loopback, 351 ms and 492 ms on a
+300 Mbit/s emulated link; the sum gives 390 ms and 522 ms against 387 ms and 519 ms
+measured in ``scalelab run --emulate-network 300mbit``.
+
+**Gloo's reduce-scatter costs an all-reduce.** ``reduce_scatter_tensor`` on Gloo took an
+all-reduce's time of the same input at every size from 16 Ki to 1 Mi elements per rank,
+on loopback and on a 300 Mbit/s link (two ranks: 235.5 ms against 235.3 ms for 8.4 MB),
+not the half of it a ring reduce-scatter would take: it moves ``2 (N-1)/N`` of the input
+per rank (:func:`wire_bytes`). The ideal ZeRO exchange of :mod:`scalelab.theory.zero`
+(``(N-1)/N`` per reduce-scatter) is what NCCL's ring does on GPUs.
+
+The wire model (:func:`collectives_s`) charges each collective ``wire / B`` plus its ring
+steps' latency. On the 300 Mbit/s link Gloo's all-gather of a 2.1 MB shard took 85 ms
+where 2.1 MB / 36.0 MB/s is 58 ms (1.47x; an all-reduce of the same bytes ran at the
+link's rate), so the wire model is a lower bound for all-gathers there; validation times
+the step's collectives on the case's link instead (:mod:`scalelab.experiment.measure`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of a step: its kind, the elements of the whole (unsharded) tensor,
+    and for a broadcast its source rank."""
+
+    kind: str
+    numel: int
+    src: int = 0
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"collective kind must be one of {KINDS}, got {self.kind!r}")
+        if self.numel < 0:
+            raise ValueError(f"collective numel must be >= 0, got {self.numel}")
+
+
+def padded_numel(numel: int, ranks: int) -> int:
+    """Elements of a unit's flat buffer: FSDP2 pads each shard to ``ceil(numel / N)``."""
+    return math.ceil(numel / ranks) * ranks
+
+
+def ddp_buckets(param_numels: Sequence[int], bytes_per_element: float = 4,
+                first_cap_bytes: float = 1024**2, cap_bytes: float = 25 * 1024**2
+                ) -> list[int]:
+    """Elements of each gradient bucket DDP all-reduces, in the order it reduces them.
+
+    DDP fills buckets with the parameters in reverse order (backward produces the last
+    layer's gradient first); a bucket closes once it holds at least its cap: 1 MiB for the
+    first, 25 MiB for the others (``bucket_cap_mb``'s default).
+    """
+    out, cur, cap = [], 0, first_cap_bytes
+    for n in reversed(list(param_numels)):
+        cur += int(n)
+        if cur * bytes_per_element >= cap:
+            out.append(cur)
+            cur, cap = 0, cap_bytes
+    if cur:
+        out.append(cur)
+    return out
+
+
+def step_collectives(level: int, ranks: int, unit_numels: Sequence[int] = (),
+                     param_numels: Sequence[int] = ()) -> list[Collective]:
+    """The collectives of one step of ZeRO-``level`` on ``ranks`` ranks, in issue order.
+
+    ``unit_numels``: parameters of each FSDP unit, forward order (ZeRO-2/3);
+    ``param_numels``: of each parameter tensor, in the model's order (ZeRO-1's buckets and
+    broadcasts).
+    """
+    if level not in (1, 2, 3):
+        raise ValueError(f"ZeRO level must be 1, 2 or 3, got {level}")
+    if ranks < 1:
+        raise ValueError(f"ranks must be >= 1, got {ranks}")
+    if level == 1:
+        from scalelab.theory.sharding import greedy_whole_tensor_owners
+
+        owners = greedy_whole_tensor_owners(list(param_numels), ranks) if param_numels else ()
+        by_rank = sorted(range(len(param_numels)), key=lambda i: owners[i])  # rank by rank
+        return ([Collective("all_reduce", b) for b in ddp_buckets(param_numels)]
+                + [Collective("broadcast", int(param_numels[i]), owners[i]) for i in by_rank])
+    units = [padded_numel(int(u), ranks) for u in unit_numels if u > 0]
+    out = [Collective("all_gather", u) for u in units]
+    for u in reversed(units):
+        if level == 3:
+            out.append(Collective("all_gather", u))
+        out.append(Collective("reduce_scatter", u))
+    return out
+
+
+def wire_bytes(c: Collective, ranks: int, bytes_per_element: float = 4) -> float:
+    """Bytes on the busiest rank's link (each direction) for collective ``c`` on Gloo.
+
+    Ring all-gather: each rank receives the other ``N-1`` shards, ``(N-1)/N`` of the whole;
+    all-reduce: reduce-scatter + all-gather, ``2 (N-1)/N``; Gloo's reduce-scatter: an
+    all-reduce's ``2 (N-1)/N`` (module docstring); broadcast (Gloo's binomial tree): the
+    root's tensor crosses ``ceil(log2 N)`` links one after another, counted as that many
+    whole tensors on the path. One rank: nothing.
+    """
+    if ranks <= 1:
+        return 0.0
+    whole = c.numel * bytes_per_element
+    frac = (ranks - 1) / ranks
+    if c.kind == "all_gather":
+        return frac * whole
+    if c.kind in ("all_reduce", "reduce_scatter"):
+        return 2.0 * frac * whole
+    return math.ceil(math.log2(ranks)) * whole
+
+
+def ring_steps(c: Collective, ranks: int) -> int:
+    """Messages in sequence: ring all-gather ``N-1``, all-reduce and Gloo's reduce-scatter
+    ``2 (N-1)``, binomial broadcast ``ceil(log2 N)``."""
+    if ranks <= 1:
+        return 0
+    if c.kind == "all_gather":
+        return ranks - 1
+    if c.kind in ("all_reduce", "reduce_scatter"):
+        return 2 * (ranks - 1)
+    return math.ceil(math.log2(ranks))
+
+
+def collectives_s(collectives: Sequence[Collective], ranks: int, bandwidth_Bps: float,
+                  latency_s: float = 0.0, bytes_per_element: float = 4) -> float:
+    """Time of ``collectives`` one after another on links of ``bandwidth_Bps``:
+    ``sum(wire_bytes / B + ring_steps x latency)``, seconds (the wire model)."""
+    if not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
+    if latency_s < 0:
+        raise ValueError(f"latency_s must be >= 0, got {latency_s}")
+    return sum(wire_bytes(c, ranks, bytes_per_element) / bandwidth_Bps
+               + ring_steps(c, ranks) * latency_s for c in collectives)
+
+
+def step_on_link_s(loopback_step_s: float, link_exchange_s: float,
+                   loopback_exchange_s: float) -> float:
+    """A sharded CPU step on a link from the same ranks' step on loopback, seconds.
+
+    ``T_link = T_loopback + X_link - X_loopback`` (module docstring: nothing overlaps, so
+    only the collectives' time changes with the link), never below ``T_loopback``: no
+    link is faster than loopback.
+    """
+    if min(loopback_step_s, link_exchange_s, loopback_exchange_s) < 0:
+        raise ValueError("times must be >= 0")
+    return loopback_step_s + max(0.0, link_exchange_s - loopback_exchange_s)
