@@ -267,3 +267,45 @@ def test_fed_timing_runs_every_worker_with_its_loaders(tmp_path):
         t["data_s"] + t["forward_s"] + t["backward_s"] for t in got))
     with pytest.raises(RunFailure, match="not a folder"):
         time_fed_concurrently(spec, str(tmp_path / "none"), 8, 2, 1, 1, steps=3)
+
+
+def test_a_sharded_recommendation_is_the_last_step_and_has_no_servers():
+    from types import SimpleNamespace
+
+    from scalelab.experiment.compare import _case, _recommended
+
+    base = baseline_config()
+    rec = _recommended(SimpleNamespace(layout="zero2", batch_size=64, algorithm=None,
+                                       loader_workers=0), 2, base)
+    assert (rec.architecture, rec.zero, rec.ps, rec.partition) == ("fsdp", 2, 1, "tensor")
+    steps, skipped = ablation(base, rec)
+    assert [s.name for s in steps] == ["baseline", "batch+algorithm", "recommended"]
+    assert steps[-1].applied == {"architecture": "fsdp", "zero": 2, "step": "layout"}
+    assert steps[1].config.architecture == "ps"
+    assert {s["name"]: s["reason"] for s in skipped}["servers"].endswith(
+        "has no parameter servers")
+    case = _case(rec, 2, "300mbit")
+    assert (case["architecture"], case["zero"], case["ps"]) == ("fsdp", 2, None)
+    plain = _recommended(SimpleNamespace(layout="ddp", batch_size=64, algorithm=None,
+                                         loader_workers=0), 2, base)
+    assert (plain.architecture, plain.zero, plain.ps, plain.partition) == ("ps", None, 2,
+                                                                           "balanced")
+    with pytest.raises(UsageError, match="zero"):
+        StepConfig(architecture="fsdp")
+
+
+@pytest.mark.netem
+def test_compare_trains_the_plans_sharded_layout_with_fsdp(capsys, tmp_path):
+    out = tmp_path / "compare.json"
+    code, text, err = _cli(capsys, *TOY, "--workers", "2", "--rate", "300mbit", "--steps", "4",
+                           "--warmup-steps", "1", "--batch-sizes", "16", "--no-ablation",
+                           "--reuse-profiles", "--layout", "zero2", "--out", str(out),
+                           "--quiet")
+    assert code == 0, err
+    result = read_json(out, "compare")
+    assert result["recommendation"]["layout"] == "zero2"
+    base, rec = result["steps"]
+    assert base["config"]["architecture"] == "ps"
+    assert rec["config"]["architecture"] == "fsdp" and rec["config"]["zero"] == 2
+    assert rec["inputs"]["zero"] == 2 and rec["inputs"]["link_exchange_s"] > 0
+    assert "ZeRO-2" in rec["predicted"]["form"]

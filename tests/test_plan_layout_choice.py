@@ -176,3 +176,15 @@ def test_a_sharded_layout_on_a_cluster_naming_ps_does_not_claim_the_clusters_nam
     assert rec.layout in ("zero1", "zero2", "zero3") and rec.architecture == "allreduce"
     assert not any("as the cluster names it" in r for r in p.to_dict()["recommendation"]
                    ["reasons"] if r.startswith("architecture allreduce"))
+
+
+def test_a_named_layout_holds_where_the_devices_memory_is_unknown():
+    # a CPU profile: no catalog device, so nothing to judge memory by; the named layout is
+    # still the recommendation's (compare --layout trains it), unjudged
+    inp = workload_from_dict({"param_bytes": 4_000_000, "batch_size": 8, "step_s": 10.0})
+    cluster = Cluster(nodes=2, gpus_per_node=1, network="1GbE")
+    rec = plan(inp, cluster, PlanOptions(layout="zero2")).recommendation
+    assert rec.gpus == 2
+    assert rec.layout == "zero2" and "not judged" in rec.layout_reason
+    assert "--architecture fsdp --zero 2" in rec.launch
+    assert plan(inp, cluster).recommendation.layout == "ddp"

@@ -58,6 +58,10 @@ def register(subparsers) -> None:
                    help="steps left out of the medians (default 2)")
     p.add_argument("--batch-sizes", default="16,32,64,128", metavar="B,B,...",
                    help="batch sizes the profile times (default 16,32,64,128)")
+    p.add_argument("--layout", choices=["ddp", "zero1", "zero2", "zero3"], default=None,
+                   help="model-state layout the plan is asked for (as plan --layout); a "
+                   "sharded recommendation is trained with --architecture fsdp --zero N "
+                   "(default: the plan's own choice)")
     p.add_argument("--no-ablation", action="store_true",
                    help="only the baseline and the recommended configuration")
     p.add_argument("--reuse-profiles", action="store_true",
@@ -119,7 +123,9 @@ def table(result: dict):
     real = bool((result.get("options") or {}).get("data"))
     for s in result["steps"]:
         c = s["config"]
-        t.add_row(s["name"], str(c["batch_size"]), str(c["ps"]), c["partition"],
+        sharded = c.get("architecture") == "fsdp"
+        t.add_row(s["name"], str(c["batch_size"]), "-" if sharded else str(c["ps"]),
+                  f"ZeRO-{c.get('zero')}" if sharded else c["partition"],
                   str(c.get("loader_workers", 0)) if real else "-",
                   f"{s['predicted_samples_per_s']:,.1f}", f"{s['measured_samples_per_s']:,.1f}",
                   f"{s['speedup']:.2f}x", f"{s['predicted_speedup']:.2f}x",
@@ -143,7 +149,7 @@ def run(args) -> int:
                              batch_sizes=_batch_sizes(args.batch_sizes),
                              one_at_a_time=not args.no_ablation, timeout_s=args.timeout,
                              seed=args.seed, fresh_profiles=not args.reuse_profiles,
-                             data=args.data)
+                             data=args.data, layout=args.layout)
     spec = workload_from_args(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         from scalelab.errors import UsageError

@@ -56,116 +56,24 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from scalelab.errors import RunFailure, UsageError
+from scalelab.experiment.ablation import (  # noqa: F401 - the public names, as before
+    BASELINE,
+    ORDER,
+    RUN_ALGORITHMS,
+    Change,
+    StepConfig,
+    ablation,
+    baseline_config,
+    load_baseline,
+)
 from scalelab.experiment.case import CaseInputs, predict_case, relative_error
 from scalelab.experiment.loaders import input_note, step_input
 from scalelab.experiment.measure import Measurements, case_inputs, fed_step_of, measured_parts
-from scalelab.results import read_toml
 from scalelab.theory import amdahl
 from scalelab.workload import WorkloadSpec
-
-BASELINE: dict[str, Any] = {
-    "batch_size": 16,
-    "ps": 1,
-    "partition": "tensor",
-    "algorithm": "default",
-    "loader_workers": 0,
-}
-ORDER = ("batch+algorithm", "loaders", "servers", "balanced shards")
-RUN_ALGORITHMS = ("default",)  # the computation configurations scalelab run trains with
-
-
-@dataclass(frozen=True)
-class StepConfig:
-    """One configuration of the ablation (the keys a baseline file may set)."""
-
-    batch_size: int = 16
-    ps: int = 1
-    partition: str = "tensor"
-    algorithm: str = "default"
-    loader_workers: int = 0
-
-    def __post_init__(self):
-        for name, low in (("batch_size", 1), ("ps", 1), ("loader_workers", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise UsageError(f"{name} must be an integer >= {low}, got {v!r}")
-        if self.partition not in ("balanced", "tensor"):
-            raise UsageError(f"partition must be 'balanced' or 'tensor', got {self.partition!r}")
-        if self.algorithm not in RUN_ALGORITHMS:
-            raise UsageError(f"algorithm {self.algorithm!r}: scalelab run trains only in the "
-                             f"default computation configuration ({', '.join(RUN_ALGORITHMS)})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def baseline_config(overrides: dict[str, Any] | None = None, where: str = "baseline"
-                    ) -> StepConfig:
-    """:data:`BASELINE` with ``overrides``; unknown keys are a usage error."""
-    overrides = overrides or {}
-    unknown = sorted(set(overrides) - set(BASELINE))
-    if unknown:
-        raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
-                         f"(known: {', '.join(sorted(BASELINE))})")
-    try:
-        return StepConfig(**{**BASELINE, **overrides})
-    except UsageError as e:
-        raise UsageError(f"{where}: {e}") from None
-
-
-def load_baseline(path: str | Path) -> StepConfig:
-    """A baseline TOML file (any keys of :data:`BASELINE`) as a :class:`StepConfig`."""
-    return baseline_config(read_toml(path), str(path))
-
-
-@dataclass(frozen=True)
-class Change:
-    name: str
-    config: StepConfig
-    applied: dict[str, Any]
-
-
-def ablation(baseline: StepConfig, recommended: StepConfig, one_at_a_time: bool = True
-             ) -> tuple[list[Change], list[dict[str, str]]]:
-    """Configurations from ``baseline`` to ``recommended`` in the paper's order.
-
-    Returns the steps (the first ``baseline``, the last ``recommended``) and the
-    recommendations skipped because the configuration already had them. Without
-    ``one_at_a_time``: just the two ends.
-    """
-    groups = {
-        "batch+algorithm": ("batch_size", "algorithm"),
-        "loaders": ("loader_workers",),
-        "servers": ("ps",),
-        "balanced shards": ("partition",),
-    }
-    steps = [Change("baseline", baseline, {})]
-    skipped: list[dict[str, str]] = []
-    current = baseline
-    if one_at_a_time:
-        for name in ORDER:
-            change = {k: getattr(recommended, k) for k in groups[name]
-                      if getattr(recommended, k) != getattr(current, k)}
-            if not change:
-                skipped.append({"name": name, "reason": "the configuration already has it: "
-                                + ", ".join(f"{k} {getattr(current, k)}" for k in groups[name])})
-                continue
-            current = dataclasses.replace(current, **change)
-            steps.append(Change(name, current, change))
-    else:
-        change = {k: v for k, v in recommended.to_dict().items() if baseline.to_dict()[k] != v}
-        steps.append(Change("recommended", recommended, change))
-    if len(steps) == 1:
-        steps.append(Change("recommended", recommended, {}))
-    last = steps[-1]
-    if last.name != "recommended":
-        steps[-1] = Change("recommended", last.config, {**last.applied, "step": last.name})
-    assert steps[-1].config == recommended
-    return steps, skipped
 
 
 @dataclass(frozen=True)
@@ -185,6 +93,9 @@ class CompareOptions:
     target_efficiency: float = 0.8
     data: str | None = None
     """An image folder (``PATH/<class>/<image>``) to train on; None: synthetic data."""
+    layout: str | None = None
+    """The model-state layout the plan is asked for (``plan --layout``); None: the plan's
+    own choice. A sharded recommendation runs ``--architecture fsdp --zero N``."""
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
@@ -205,6 +116,8 @@ class CompareOptions:
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.profile_steps < 1:
             raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
+        if self.layout is not None and self.layout not in ("ddp", "zero1", "zero2", "zero3"):
+            raise UsageError(f"--layout must be ddp, zero1, zero2 or zero3, got {self.layout!r}")
         if self.data is not None:
             from scalelab.imagefolder import check_folder
 
@@ -272,14 +185,17 @@ class Comparison:
         return d
 
 
-def _exchange_form(spec: WorkloadSpec, workers: int) -> str:
+def _exchange_form(spec: WorkloadSpec, workers: int, cfg: StepConfig | None = None) -> str:
     from scalelab.runner import RunConfig
 
+    if cfg is not None and cfg.sharded:
+        return RunConfig(workload=spec, workers=workers, architecture="fsdp",
+                         shard_level=cfg.zero).exchange_form
     return RunConfig(workload=spec, workers=workers, architecture="ps", mode="sync").exchange_form
 
 
 def _recommend(profile: dict, workers: int, link: dict, compute_s: float, batch_size: int,
-               exchange_form: str, target_efficiency: float):
+               exchange_form: str, target_efficiency: float, layout: str | None = None):
     """The plan's recommendation for ``workers`` on the measured ``link`` (bytes/s).
 
     The plan starts from the profile with the worker's compute ``compute_s`` measured at
@@ -295,7 +211,7 @@ def _recommend(profile: dict, workers: int, link: dict, compute_s: float, batch_
                       measured_network_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
                       ps_partition="balanced", full_duplex=full_duplex_of(exchange_form))
     opts = PlanOptions(target_efficiency=target_efficiency, max_gpus=workers,
-                       architectures=("ps",))
+                       architectures=("ps",), layout=layout)
     return inp, plan(worker, cluster, opts)
 
 
@@ -309,22 +225,38 @@ def _servers_for(the_plan, workers: int) -> int:
 
 
 def _case(cfg: StepConfig, workers: int, rate: str | None) -> dict[str, Any]:
+    if cfg.sharded:
+        return {"workers": workers, "ps": None, "architecture": "fsdp", "zero": cfg.zero,
+                "partition": None, "batch_size": cfg.batch_size, "rate": rate}
     return {"workers": workers, "ps": cfg.ps, "architecture": "ps",
             "partition": cfg.partition, "batch_size": cfg.batch_size, "rate": rate}
+
+
+def _recommended(rec, servers: int, base: StepConfig) -> StepConfig:
+    """The plan's recommendation as a configuration: sharded (fsdp at its ZeRO level, no
+    servers: ``ps`` and ``partition`` left as the baseline's) when ``rec.layout`` says so."""
+    common = {"batch_size": rec.batch_size, "algorithm": rec.algorithm or "default",
+              "loader_workers": rec.loader_workers}
+    if rec.layout != "ddp":
+        return StepConfig(**common, ps=base.ps, partition=base.partition, architecture="fsdp",
+                          zero=int(rec.layout[-1]))
+    return StepConfig(**common, ps=servers, partition="balanced")
 
 
 def _options(o: CompareOptions) -> dict[str, Any]:
     return {"steps": o.steps, "warmup_steps": o.warmup_steps, "data": o.data,
             "one_at_a_time": o.one_at_a_time, "batch_sizes": list(o.batch_sizes),
-            "fresh_profiles": o.fresh_profiles, "target_efficiency": o.target_efficiency}
+            "fresh_profiles": o.fresh_profiles, "target_efficiency": o.target_efficiency,
+            "layout": o.layout}
 
 
-def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, form: str,
+def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info,
               io: dict | None, say, label: str) -> ComparedStep:
     """Predict one configuration, train it for real, and measure it."""
     from scalelab.runner import RunConfig, run_training
 
     cfg, w = ch.config, o.workers
+    form = _exchange_form(spec, w, cfg)
     meas.begin_case()  # fresh_profiles: compute and contention timed just before the run
     inputs = case_inputs(_case(cfg, w, o.rate), form, meas, info)
     pred = predict_case(inputs)
@@ -336,11 +268,14 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     if pipeline:
         pred = predict_case(inputs, io_s=pipeline["io_s"])
     predicted = amdahl.weak_throughput(w, cfg.batch_size, pred.step_s)
-    say(f"{label} {ch.name}: batch {cfg.batch_size}, ps {cfg.ps}, partition {cfg.partition}"
+    where = (f"ZeRO-{cfg.zero} (fsdp)" if cfg.sharded
+             else f"ps {cfg.ps}, partition {cfg.partition}")
+    say(f"{label} {ch.name}: batch {cfg.batch_size}, {where}"
         + (f", loaders {cfg.loader_workers}" if pipeline else "")
         + f"; predicted {predicted:,.1f} samples/s; training")
     run = run_training(RunConfig(
-        workload=spec, workers=w, ps=cfg.ps, architecture="ps", mode="sync",
+        workload=spec, workers=w, ps=None if cfg.sharded else cfg.ps,
+        architecture=cfg.architecture, shard_level=cfg.zero or 3, mode="sync",
         batch_size=cfg.batch_size, steps=o.steps, warmup_steps=o.warmup_steps,
         partition=cfg.partition, emulate_network=o.rate, timeout_s=o.timeout_s, seed=o.seed,
         data=o.data, loader_workers=cfg.loader_workers,
@@ -354,7 +289,7 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info, for
     say(f"  measured {measured:,.1f} samples/s")
     return ComparedStep(
         name=ch.name, applied=ch.applied,
-        config={**cfg.to_dict(), "workers": w, "architecture": "ps", "rate": o.rate},
+        config={**cfg.to_dict(), "workers": w, "rate": o.rate},
         predicted_samples_per_s=predicted, measured_samples_per_s=measured,
         error=relative_error(predicted, measured),
         predicted={"step_s": pred.step_s, "compute_s": pred.compute_s, "comm_s": pred.comm_s,
@@ -411,11 +346,9 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     at_rec = case_inputs(_case(dataclasses.replace(base, batch_size=rec_batch), w, o.rate),
                          form, meas, info)
     inp, the_plan = _recommend(profile, w, link, at_rec.worker_compute_s, rec_batch, form,
-                               o.target_efficiency)
+                               o.target_efficiency, o.layout)
     rec = the_plan.recommendation
-    recommended = StepConfig(batch_size=rec.batch_size, ps=_servers_for(the_plan, w),
-                             partition="balanced", algorithm=rec.algorithm or "default",
-                             loader_workers=rec.loader_workers)
+    recommended = _recommended(rec, _servers_for(the_plan, w), base)
     changes, skipped = ablation(base, recommended, o.one_at_a_time)
     io = profile.get("io") if o.data else None
     notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
@@ -423,7 +356,7 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
                  recommended, io, w)]
     steps = []
     for i, ch in enumerate(changes):
-        steps.append(_run_step(spec, ch, o, meas, info, form, io, say,
+        steps.append(_run_step(spec, ch, o, meas, info, io, say,
                                f"step {i + 1}/{len(changes)}"))
     env = dict(profile.get("environment") or {})
     env["load_average"] = list(os.getloadavg())

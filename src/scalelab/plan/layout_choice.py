@@ -201,10 +201,16 @@ def _head(st, name: str, memory_bytes: float, opts: list[LayoutOption]) -> str:
 
 def choose(st, choice, all_rows: dict, max_gpus: int) -> LayoutDecision | None:
     """The layout for the recommendation (module docstring); None when the target's memory
-    is unknown (nothing to judge by)."""
+    is unknown (nothing to judge by), unless the options name a layout: then that one,
+    unjudged."""
     dev = _device_memory(st)
     sizes = model_sizes(st.inp)
     if dev is None or sizes is None:
+        if st.options.layout:  # named, with nothing to judge its memory by (a CPU profile)
+            lay = zero.check_layout(st.options.layout)
+            return LayoutDecision(lay, choice.row.gpus, st.batch, f"layout {lay} as asked "
+                                  "(the device's memory is unknown: not judged)", (),
+                                  st.cluster.accumulation_steps)
         return None
     name, mem = dev
     g, b = choice.row.gpus, st.batch
