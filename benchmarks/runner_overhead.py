@@ -3,10 +3,12 @@
 A bare loop (one process; one batch made once on the device; the workload's model,
 optimizer and loss; the computation configuration applied as the profiler applies it;
 each step timed with a synchronized clock on the CPU and CUDA events on a GPU; the median
-after the warm-up) against ``scalelab run`` with one worker, all-reduce (DDP) and parameter
-server (one server, shards sent in ``--piece-size`` pieces), same model, batch, optimizer
-and configuration. The bare loop runs in
-its own process with the thread count a one-worker rank gets, and the three are alternated
+after the warm-up) against ``scalelab run`` with one worker, all-reduce (one worker trains
+the plain module: :mod:`scalelab.runner.allreduce`) and parameter server (one server,
+shards sent in ``--piece-size`` pieces, over Gloo's TCP and, on the CPU, through shared
+memory: ``ps+shm``, :mod:`scalelab.runner.shm`), same model, batch, optimizer and
+configuration. Each run's JSON row names its transport. The bare loop runs in
+its own process with the thread count a one-worker rank gets, and the runs are alternated
 ``--repeats`` times so that a change of load on the machine falls on all of them; each
 figure is the median over the repeats, each ratio is runner / bare within one repeat,
 then the median. On the CPU the bare loop also runs a second time with the runner's OpenMP
@@ -110,22 +112,27 @@ def run_bare(args, passive: bool = False) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_runner(args, architecture: str) -> dict:
+def run_runner(args, label: str) -> dict:
+    """``label``: ``allreduce``, ``ps`` (pieces over Gloo's TCP) or ``ps+shm`` (through shared
+    memory, :mod:`scalelab.runner.shm`)."""
     from scalelab.runner import RunConfig, run_training
     from scalelab.workload import WorkloadSpec
 
+    architecture, _, transport = label.partition("+")
     spec = WorkloadSpec(args.model, input_shape=args.input_shape, num_classes=args.num_classes)
     pieces = args.piece_size if architecture == "ps" and args.piece_size else None
     cfg = RunConfig(workload=spec, workers=1, ps=1 if architecture == "ps" else None,
                     architecture=architecture, piece_bytes=pieces, batch_size=args.batch_size,
                     steps=args.steps + args.warmup, warmup_steps=args.warmup,
                     timeout_s=600, device=args.device, algorithm=args.algorithm,
-                    threads=args.threads or None)
+                    threads=args.threads or None, transport=transport or "tcp")
     res = run_training(cfg)
     st = res["steps"]
     med = {k: (v or {}).get("median") for k, v in st.items() if isinstance(v, dict)}
     return {"step_s": med.get("step_s"), "samples_per_s": res["samples_per_s"],
-            "phases": med, "timing": res.get("timing")}
+            "phases": med, "timing": res.get("timing"),
+            "transport": res["config"]["transport"],
+            "exchange_form": res["config"]["exchange_form"]}
 
 
 def main(argv=None) -> int:
@@ -141,7 +148,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for the bare loop and the rank (0: the rank's default)")
-    ap.add_argument("--architectures", default="allreduce,ps")
+    ap.add_argument("--architectures", default=None,
+                    help="runs to alternate: allreduce, ps (pieces over Gloo's TCP), ps+shm "
+                    "(through shared memory; CPU only). Default: all three on the CPU, "
+                    "allreduce,ps on cuda")
     ap.add_argument("--piece-size", type=int, default=4 * 2**20,
                     help="the parameter server's message size in bytes (default 4 MiB, as "
                     "ps_vs_ddp.py: pieces leave while backward goes on); 0: one per shard")
@@ -157,7 +167,9 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             print("runner_overhead: --device cuda but torch sees no GPU", file=sys.stderr)
             return 2
-    archs = [a for a in args.architectures.split(",") if a]
+    names = args.architectures or ("allreduce,ps" if args.device == "cuda"
+                                   else "allreduce,ps,ps+shm")
+    archs = [a for a in names.split(",") if a]
     rows: list[dict] = []
     print(f"{args.model} {args.input_shape} batch {args.batch_size} on {args.device}, "
           f"{args.algorithm}, load {os.getloadavg()[0]:.1f}")
@@ -198,7 +210,7 @@ def main(argv=None) -> int:
                 r[f"{arch}_ratio_passive"] for r in rows)
         summary[f"{arch}_data_share"] = statistics.median(
             (r[arch]["phases"].get("data_s") or 0.0) / r[arch]["phases"]["step_s"] for r in rows)
-    goals = {"allreduce": 0.95, "ps": 0.85}
+    goals = {"allreduce": 0.95, "ps": 0.85, "ps+shm": 0.85}
     for arch in archs:
         print(f"{arch:>9} W=1: {summary[f'{arch}_samples_per_s']:.1f} samples/s, "
               f"{summary[f'{arch}_ratio']:.3f} of the bare loop's "

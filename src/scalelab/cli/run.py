@@ -87,6 +87,10 @@ def register(subparsers) -> None:
                    "bf16_autocast, fp16_autocast (all-reduce), cudnn_benchmark, tf32, "
                    "fp32_strict (e.g. channels_last+bf16_autocast)")
     p.add_argument("--launcher", choices=["local", "torchrun"], default="local")
+    p.add_argument("--transport", choices=["tcp", "shm", "auto"], default="tcp",
+                   help="how parameter-server pieces travel: Gloo over TCP (default), shared "
+                   "memory between ranks of this host (local launcher, CPU, sync, no emulated "
+                   "network), or auto (shm where it can, else tcp); run.json says which")
     p.add_argument("--threads", type=positive_int, default=None, metavar="N",
                    help="torch threads per worker (default: cores / workers)")
     p.add_argument("--out", default="run.json", help="run.json path (default run.json)")
@@ -122,7 +126,8 @@ def config_from_args(args):
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, seed=args.seed, data=args.data,
         loader_workers=args.loader_workers, launcher=args.launcher,
-        threads=args.threads, device=args.device, algorithm=args.algorithm)
+        threads=args.threads, device=args.device, algorithm=args.algorithm,
+        transport=args.transport)
 
 
 def _fmt(v, scale=1e3, unit="ms"):

@@ -26,12 +26,18 @@ SHARD_LEVELS = (1, 2, 3)
 MODES = ("sync", "async")
 PARTITIONS = ("balanced", "tensor")
 LAUNCHERS = ("local", "torchrun")
+#: How a parameter server's pieces travel: Gloo point-to-point (TCP, loopback or a real
+#: link), or shared memory between ranks of one host (:mod:`scalelab.runner.shm`); "auto":
+#: shared memory where every rank is a process of this host, else TCP.
+TRANSPORTS = ("tcp", "shm", "auto")
 
 #: The asynchronous parameter server's exchange: one message per shard, applied by the
 #: server on arrival and answered to that worker alone (no common step, no pipelining).
 ASYNC_EXCHANGE = "asynchronous (one message per shard, applied on arrival)"
 #: DDP's exchange: bucketed ring all-reduce launched from backward hooks.
 ALLREDUCE_EXCHANGE = "ring all-reduce (DDP buckets, overlapping backward)"
+#: One all-reduce worker: nothing to exchange, and the plain module trains (no DDP wrapper).
+ONE_WORKER_EXCHANGE = "none: one worker (an all-reduce of one rank is the identity; no DDP)"
 #: The sharded exchanges (``--architecture fsdp``), by ZeRO level (:mod:`scalelab.runner.fsdp`).
 FSDP_EXCHANGE = {
     1: "ZeRO-1: DDP all-reduce, then each owner broadcasts its updated parameters",
@@ -53,6 +59,22 @@ def _check_algorithm(cfg) -> None:
     if "fp16_autocast" in opts and cfg.architecture == "fsdp":
         raise UsageError(f"--algorithm {cfg.algorithm}: fp16 loss scaling is not built "
                          "for --architecture fsdp (use bf16_autocast)")
+
+
+def _resolve_transport(cfg) -> str:
+    """``tcp`` or ``shm`` for ``cfg.transport`` (auto: shm where it can carry the pieces)."""
+    if cfg.transport not in TRANSPORTS:
+        raise UsageError(f"unknown transport {cfg.transport!r} (tcp, shm or auto)")
+    if cfg.architecture != "ps":
+        if cfg.transport == "shm":
+            raise UsageError(f"--transport shm: {cfg.shm_refusal}")
+        return "tcp"
+    why = cfg.shm_refusal
+    if cfg.transport == "auto":
+        return "tcp" if why else "shm"
+    if cfg.transport == "shm" and why:
+        raise UsageError(f"--transport shm: {why}")
+    return cfg.transport
 
 
 @dataclass(frozen=True)
@@ -87,6 +109,8 @@ class RunConfig:
     algorithm: str = "default"  # the profile's computation configuration, e.g.
     # "channels_last+bf16_autocast" (scalelab.profiler.algorithms): what every worker trains in
     shard_level: int = 3  # --architecture fsdp: ZeRO level (1, 2, 3)
+    transport: str = "tcp"  # parameter-server pieces: tcp, shm or auto (TRANSPORTS); stored
+    # resolved, so run.json says which one carried the bytes
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -157,6 +181,23 @@ class RunConfig:
         if self.device == "cuda" and not self.stage_host and self.architecture == "ps":
             raise UsageError("parameter-server workers on cuda send over Gloo from host "
                              "memory: stage_host cannot be False with --device cuda")
+        object.__setattr__(self, "transport", _resolve_transport(self))
+
+    @property
+    def shm_refusal(self) -> str | None:
+        """Why shared memory cannot carry this run's pieces (None: it can)."""
+        if self.architecture != "ps":
+            return "it carries parameter-server pieces (--architecture ps)"
+        if self.mode != "sync":
+            return "asynchronous servers answer one worker at a time over TCP (--mode sync)"
+        if self.launcher != "local":
+            return ("under torchrun the ranks may be on other nodes (the local launcher's are "
+                    "all on this host)")
+        if self.emulate_network:
+            return "an emulated network puts every rank on its own host and link"
+        if self.stage_host or self.device != "cpu":
+            return "GPU workers stage their pieces through pinned buffers over Gloo"
+        return None
 
     @property
     def exchange_form(self) -> str:
@@ -173,11 +214,12 @@ class RunConfig:
           one piece, which a server answers only once it has it from every worker, so each
           server's exchange is ``theory.comm.PUSH_THEN_PULL`` (all pushes, then all pulls).
         - asynchronous parameter server: :data:`ASYNC_EXCHANGE`.
-        - all-reduce: :data:`ALLREDUCE_EXCHANGE` (:func:`scalelab.theory.comm.ring_allreduce_s`).
+        - all-reduce: :data:`ALLREDUCE_EXCHANGE` (:func:`scalelab.theory.comm.ring_allreduce_s`);
+          with one worker :data:`ONE_WORKER_EXCHANGE` (:mod:`scalelab.runner.allreduce`).
         - sharded: :data:`FSDP_EXCHANGE` by level (:func:`scalelab.theory.zero.exchange_bytes`).
         """
         if self.architecture == "allreduce":
-            return ALLREDUCE_EXCHANGE
+            return ALLREDUCE_EXCHANGE if self.workers > 1 else ONE_WORKER_EXCHANGE
         if self.architecture == "fsdp":
             return FSDP_EXCHANGE[self.shard_level]
         if self.mode == "async":

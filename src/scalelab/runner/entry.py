@@ -267,8 +267,14 @@ def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
         piece_elems = max(1, cfg.piece_bytes // elem)
     layout = make_layout([p.numel() for p in params], cfg.ps, cfg.partition, piece_elems)
     start = _resume_step(cfg, role, k) if cfg.resume else 0
+    segments = None
+    if cfg.transport == "shm":  # every rank on this host (RunConfig.shm_refusal)
+        from scalelab.runner.shm import open_segments
+
+        segments = open_segments(cfg, role, k, layout, params[0].dtype)
     if role == "server":
-        server = ps.Server(cfg, k, model, layout, ident, log)
+        server = ps.Server(cfg, k, model, layout, ident, log,
+                           segments[k] if segments else None)
         if start:
             path = checkpoint.path_for(cfg.checkpoint_dir, f"ps{k}", start)
             payload = checkpoint.load(path)
@@ -287,7 +293,7 @@ def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
         _steps(cfg, start, body, log)
         return {"shard_bytes": server.shard_bytes}
     with open_shards(cfg, k, device=place.device) as shards:
-        worker = ps.Worker(cfg, k, model, layout, shards, log, place.device)
+        worker = ps.Worker(cfg, k, model, layout, shards, log, place.device, segments)
         worker.initial_pull()
         _steps(cfg, start, worker.step, log, place)
     if cfg.mode == "async":

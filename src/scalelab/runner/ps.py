@@ -50,17 +50,24 @@ def trainable(model) -> list[torch.Tensor]:
 
 
 class Worker:
-    """A worker on ``device``; its messages go through a :class:`scalelab.runner.stage.Stager`."""
+    """A worker on ``device``; its messages go through a :class:`scalelab.runner.stage.Stager`,
+    or through shared memory with ``segments`` (:class:`scalelab.runner.shm.ShmStager`)."""
 
     def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, shards, log,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", segments=None):
         self.cfg, self.k, self.model, self.layout = cfg, index, model, layout
         self.shards, self.log = shards, log
         self.device = torch.device(device)
         self.comp = Computation(cfg.algorithm, self.device)  # the model is in its format
         self.params = trainable(model)
         self.loss_fn = cfg.workload.loss_fn()
-        self.stager = Stager(layout.pieces, self.params[0].dtype, self.device, cfg.stage_host)
+        if segments is not None:
+            from scalelab.runner.shm import ShmStager
+
+            self.stager = ShmStager(layout.pieces, segments, index, self.params[0].dtype)
+        else:
+            self.stager = Stager(layout.pieces, self.params[0].dtype, self.device,
+                                 cfg.stage_host)
         self.by_tensor: dict[int, list] = {}
         for piece in layout.pieces:
             for t in piece.tensors:
@@ -173,21 +180,35 @@ class Worker:
 
 
 class Server:
-    def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, identity: dict, log):
+    """Server ``index``. With ``segment`` (:class:`scalelab.runner.shm.Segment`) its pieces and
+    the workers' gradients live in shared memory and the messages are one-element tokens."""
+
+    def __init__(self, cfg: RunConfig, index: int, model, layout: Layout, identity: dict, log,
+                 segment=None):
         self.cfg, self.k, self.layout, self.identity, self.log = cfg, index, layout, identity, log
         params = trainable(model)
+        dtype = params[0].dtype
         self.pieces = layout.pieces_of(index)
         self.order = layout.send_order(index)
         self.values: dict[int, torch.Tensor] = {}
         for piece in self.pieces:
-            buf = torch.empty(piece.numel, dtype=params[0].dtype)
+            buf = (segment.value(piece) if segment is not None
+                   else torch.empty(piece.numel, dtype=dtype))
             pack(piece, [p.detach() for p in params], buf)
             self.values[piece.index] = torch.nn.Parameter(buf)
         self.opts = {i: cfg.workload.make_optimizer([v], fused=True)
                      for i, v in self.values.items()}
         W = cfg.workers
-        self.recv = {(w, p.index): torch.empty(p.numel, dtype=params[0].dtype)
-                     for w in range(W) for p in self.pieces}
+        if segment is not None:
+            self.recv = {(w, p.index): segment.grad(w, p) for w in range(W) for p in self.pieces}
+            self.recv_msg = {(w, p.index): torch.zeros(1, dtype=dtype)
+                             for w in range(W) for p in self.pieces}
+            self.send_msg = {p.index: torch.zeros(1, dtype=dtype) for p in self.pieces}
+        else:
+            self.recv = {(w, p.index): torch.empty(p.numel, dtype=dtype)
+                         for w in range(W) for p in self.pieces}
+            self.recv_msg = self.recv
+            self.send_msg = {i: v.detach() for i, v in self.values.items()}
         self.elem_bytes = params[0].element_size()
         self.shard_bytes = sum(p.numel for p in self.pieces) * self.elem_bytes
 
@@ -208,7 +229,7 @@ class Server:
         works = []
         for piece in self.pieces:
             for w in range(self.cfg.workers):
-                works.append((w, isend(self.values[piece.index].detach(),
+                works.append((w, isend(self.send_msg[piece.index],
                                        self.cfg.worker_rank(w), tag_of(piece))))
         return works
 
@@ -222,7 +243,7 @@ class Server:
 
     def step_sync(self, step: int, timer: StepTimer | None) -> dict:
         cfg, W = self.cfg, self.cfg.workers
-        works = {(w, p.index): irecv(self.recv[(w, p.index)], cfg.worker_rank(w), p.index)
+        works = {(w, p.index): irecv(self.recv_msg[(w, p.index)], cfg.worker_rank(w), p.index)
                  for w in range(W) for p in self.pieces}
         sends = []
         for piece in self.order:
@@ -240,7 +261,7 @@ class Server:
                 self.values[i].grad = g
                 self.opts[i].step()
             for w in range(W):
-                sends.append((w, isend(self.values[i].detach(), cfg.worker_rank(w), i)))
+                sends.append((w, isend(self.send_msg[i], cfg.worker_rank(w), i)))
         with maybe_phase(timer, "send_s"):
             self._wait_sends(sends, "sending fresh parameters")
         return {"bytes_received": self.shard_bytes * W, "bytes_sent": self.shard_bytes * W}
