@@ -54,11 +54,10 @@ def test_gloos_reduce_scatter_moves_an_all_reduces_bytes():
         Collective("gather", 1)
 
 
-def test_the_step_on_a_link_moves_only_the_collectives_time():
-    assert ss.step_on_link_s(0.080, 0.490, 0.050) == pytest.approx(0.520)
-    assert ss.step_on_link_s(0.080, 0.010, 0.050) == 0.080  # never faster than loopback
+def test_the_cpu_step_is_its_compute_plus_every_collective():
+    assert ss.cpu_step_s(0.030, 0.490) == pytest.approx(0.520)
     with pytest.raises(ValueError):
-        ss.step_on_link_s(-1, 0, 0)
+        ss.cpu_step_s(-1, 0)
 
 
 def test_a_models_collectives_are_counted_from_its_fsdp_units():

@@ -68,13 +68,13 @@ class CaseInputs:
     """Servers on the workers' hosts (server k on host k mod W), sharing their links."""
     zero: int = 0
     """ZeRO level of a sharded case (1, 2, 3; 0 for the others)."""
-    loopback_step_s: float = 0.0
-    """A sharded case on an emulated link: the same layout's step trained on loopback, s."""
+    sharded_compute_s: float = 0.0
+    """A sharded case: its step without the exchange, its workers at once (ZeRO-2/3: FSDP2
+    on a process group of one), seconds. 0: not measured."""
     link_exchange_s: float = 0.0
-    """Its step's collectives (:func:`scalelab.theory.sharded_step.step_collectives`)
-    replayed in sequence on that link, seconds."""
-    loopback_exchange_s: float = 0.0
-    """The same collectives on loopback, seconds."""
+    """A sharded case: its step's collectives
+    (:func:`scalelab.theory.sharded_step.step_collectives`) replayed in sequence on its
+    link (emulated or loopback), seconds."""
 
     def __post_init__(self):
         if self.architecture not in CASE_ARCHITECTURES:
@@ -92,8 +92,8 @@ class CaseInputs:
                 raise ValueError(f"case {name} must be > 0, got {getattr(self, name)}")
         if not self.latency_s >= 0:
             raise ValueError(f"case latency_s must be >= 0, got {self.latency_s}")
-        for name in ("floor_step_s", "compute_floor_s", "loopback_step_s",
-                     "link_exchange_s", "loopback_exchange_s"):
+        for name in ("floor_step_s", "compute_floor_s", "sharded_compute_s",
+                     "link_exchange_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"case {name} must be >= 0, got {getattr(self, name)}")
         object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
@@ -111,9 +111,9 @@ class CaseInputs:
             del d["colocated"]  # dedicated servers: the file form older cases have
         if not self.zero:
             del d["zero"]
-        for k in ("loopback_step_s", "link_exchange_s", "loopback_exchange_s"):
+        for k in ("sharded_compute_s", "link_exchange_s"):
             if not d[k]:
-                del d[k]  # measured for sharded cases on emulated links only
+                del d[k]  # measured for sharded cases only
         return d
 
     @classmethod
@@ -131,7 +131,7 @@ class CaseInputs:
                        compute_floor_s=float(d.get("compute_floor_s") or 0.0),
                        colocated=bool(d.get("colocated", False)), zero=int(d.get("zero") or 0),
                        **{k: float(d.get(k) or 0.0) for k in (
-                           "loopback_step_s", "link_exchange_s", "loopback_exchange_s")})
+                           "sharded_compute_s", "link_exchange_s")})
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
 
@@ -154,11 +154,11 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
     below the case's measured ``floor_step_s`` is raised to it, its bottleneck the compute
     (the host's cores: the floor was measured with the fastest link).
 
-    A sharded case (fsdp, ZeRO level z) on an emulated link, with its measurements
-    (:func:`scalelab.experiment.measure.case_inputs`) is its own step on loopback with its
-    collectives' time moved from loopback to the link
-    (:func:`scalelab.theory.sharded_step.step_on_link_s`). Without them (on loopback, or a
-    file from before them): DDP's step with ZeRO-z's exposed exchange
+    A sharded case (fsdp, ZeRO level z) with its measurements
+    (:func:`scalelab.experiment.measure.case_inputs`) is its step without the exchange plus
+    its collectives one after another on its link
+    (:func:`scalelab.theory.sharded_step.cpu_step_s`). Without them (a file from before
+    them): DDP's step with ZeRO-z's exposed exchange
     (:func:`scalelab.theory.zero.layout_exposed_s`).
     """
     if not isinstance(inputs, CaseInputs):
@@ -184,20 +184,18 @@ def _predict_sharded(inputs: CaseInputs, params, io_s: float) -> StepPrediction:
     from scalelab.theory import sharded_step, zero
 
     form = f"ZeRO-{inputs.zero} on Gloo/CPU: its collectives one by one, nothing overlapped"
-    if inputs.loopback_step_s > 0:
-        step = sharded_step.step_on_link_s(inputs.loopback_step_s, inputs.link_exchange_s,
-                                           inputs.loopback_exchange_s)
-        rest = max(inputs.loopback_step_s - inputs.loopback_exchange_s, 0.0)
+    if inputs.sharded_compute_s > 0:
+        rest = inputs.sharded_compute_s
+        step = sharded_step.cpu_step_s(rest, inputs.link_exchange_s)
         return StepPrediction(
             compute_s=rest, push_s=0.0, apply_s=0.0, pull_s=0.0,
             comm_s=inputs.link_exchange_s, io_s=io_s, step_s=step + io_s, form=form,
             bottleneck="communication" if inputs.link_exchange_s > rest else "compute")
     ddp = predict_case(dataclasses.replace(inputs, architecture="allreduce", zero=0,
-                                           link_exchange_s=0.0, loopback_exchange_s=0.0),
-                       params, io_s)
+                                           link_exchange_s=0.0), params, io_s)
     layout = f"zero{inputs.zero}"
     exposed = max(ddp.step_s - ddp.compute_s - ddp.io_s, 0.0)
-    shown = zero.layout_exposed_s(layout, exposed, ddp.comm_s)
+    shown = zero.layout_exposed_s(layout, exposed, ddp.comm_s, ranks=inputs.workers)
     factor = zero.exchange_factor(layout) + (0.5 if layout == "zero1" else 0.0)
     step = max(ddp.compute_s + ddp.io_s + shown, inputs.floor_step_s)
     return dataclasses.replace(ddp, step_s=step, comm_s=ddp.comm_s * factor,

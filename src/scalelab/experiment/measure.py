@@ -31,18 +31,20 @@
   median wait for a batch and the compute under that load tell how long the host's cores
   take to feed and train one step (:meth:`Measurements.fed_timings`).
 
-- **sharded** (fsdp on an emulated link): the case's layout trained by the runner on
-  loopback (``CaseInputs.loopback_step_s``, the lower median of
-  ``FLOOR_REPEATS`` runs), and the step's collectives
-  (:func:`scalelab.theory.sharded_step.step_collectives`) replayed on Gloo in sequence, on
-  loopback and on the case's emulated link (:func:`time_collectives`).
+- **sharded** (fsdp): the step without its exchange, the case's W workers at once
+  (``CaseInputs.sharded_compute_s``; ZeRO-1: the contended plain steps above, ZeRO-2/3:
+  each worker FSDP2's step on a process group of its own, :func:`time_fsdp_concurrently`,
+  the lower median of ``FLOOR_REPEATS``), and the step's collectives
+  (:func:`scalelab.theory.sharded_step.step_collectives`) replayed on Gloo in sequence on
+  the case's link, emulated or loopback (:func:`time_collectives`).
 
 Compute, contention and floor are measured just before each case (``fresh_profiles``), so
 that load from other processes on a shared machine weighs on the prediction as it does on
 the run.
 
 The step-timing processes run :mod:`scalelab.experiment.timing_child` (``--time-steps``,
-``--time-ddp-steps``, ``--time-fed-steps`` and ``--time-collectives``).
+``--time-ddp-steps``, ``--time-fed-steps``, ``--time-fsdp-steps`` and
+``--time-collectives``).
 """
 
 from __future__ import annotations
@@ -192,6 +194,21 @@ def fed_step_of(timings: list[dict], architecture: str) -> float:
     return statistics.median(t["data_s"] + compute_of(t, architecture) for t in timings)
 
 
+def time_fsdp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
+                           steps: int, level: int, seed: int = 0, timeout_s: float = 300.0,
+                           algorithm: str = "default") -> list[dict]:
+    """``workers`` processes at once, each timing ZeRO-``level`` (2 or 3) steps on a process
+    group of its own: FSDP2's compute and per-unit work without the exchange; one dict
+    each."""
+    from scalelab.runner.launch import free_port
+
+    spec_json = _spec_json(spec, algorithm)
+    cmds = [[sys.executable, "-m", CHILD, "--time-fsdp-steps", spec_json, str(batch_size),
+             str(threads), str(steps), str(seed), str(level), str(free_port())]
+            for _ in range(workers)]
+    return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+
+
 def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
     """The collectives one step of ZeRO-``level`` issues for ``spec``'s model, counted on
     meta tensors (:func:`scalelab.theory.sharded_step.step_collectives`); FSDP2's root unit
@@ -325,21 +342,21 @@ class Measurements:
                 max(FED_STEPS, self.profile_steps), self.seed, algorithm=self.algorithm)
         return self.fed[key]
 
-    def sharded_loopback_step_s(self, batch_size: int, workers: int, level: int) -> float:
-        """The median step of ZeRO-``level`` trained by the runner on loopback, the lower
-        of ``FLOOR_REPEATS`` runs (load from other processes only slows a run down)."""
-        key = ("step", batch_size, workers, level)
+    def sharded_compute_s(self, batch_size: int, workers: int, level: int) -> float:
+        """A ZeRO-``level`` step without its exchange, the case's workers at once, seconds:
+        ZeRO-1 the contended plain step (DDP's model, the whole optimizer step), ZeRO-2/3
+        FSDP2's step on a process group of one (:func:`time_fsdp_concurrently`), the
+        lower median of ``FLOOR_REPEATS`` (load from other processes only slows it)."""
+        if level == 1:
+            return median_step_s(self.contended_timings(batch_size, workers))
+        key = ("compute", batch_size, workers, level)
         if key not in self.sharded:
-            from scalelab.runner import RunConfig, run_training
-
-            self.say(f"running ZeRO-{level} with {workers} workers on loopback, batch "
+            self.say(f"timing {workers} ZeRO-{level} workers at once without exchange, batch "
                      f"{batch_size} ({FLOOR_REPEATS} times)")
-            cfg = RunConfig(workload=self.spec, workers=workers, architecture="fsdp",
-                            batch_size=batch_size, shard_level=level,
-                            steps=max(FED_STEPS, self.profile_steps) + 2, warmup_steps=2,
-                            seed=self.seed, device="cpu", algorithm=self.algorithm)
-            self.sharded[key] = min(run_training(cfg)["steps"]["step_s"]["median"]
-                                    for _ in range(FLOOR_REPEATS))
+            self.sharded[key] = min(median_step_s(time_fsdp_concurrently(
+                self.spec, batch_size, workers, worker_threads(workers),
+                max(FED_STEPS, self.profile_steps), level, self.seed,
+                algorithm=self.algorithm)) for _ in range(FLOOR_REPEATS))
         return self.sharded[key]
 
     def sharded_exchange_s(self, rate: str | None, workers: int, level: int) -> float:
@@ -374,9 +391,10 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     :func:`scalelab.workload.describe`. An all-reduce case of two or more workers on an
     emulated link also gets its ``floor_step_s``: the median step of its workers timed as
     DDP processes on loopback (:meth:`Measurements.loopback_timings`); a parameter-server
-    case its ``compute_floor_s``: its workers' compute timed meeting before each step; a
-    sharded case its own step on loopback and its collectives timed there and on its link.
-    A case that itself runs on loopback gets none of these: they are too near the run.
+    case its ``compute_floor_s``: its workers' compute timed meeting before each step. A
+    case that itself runs on loopback gets neither: those timings are too near the run. A
+    sharded case of two or more workers, on any link, gets its step without the exchange
+    (``sharded_compute_s``) and its collectives timed on its link (``link_exchange_s``).
     """
     arch, w, b = config["architecture"], config["workers"], config["batch_size"]
     lone = meas.lone_timing(b, worker_threads(w))
@@ -384,15 +402,14 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     floor = compute_floor = 0.0
     level = (config.get("zero") or 3) if arch == "fsdp" else 0
     sharded = {}
+    if level and w > 1:  # on any link: the step's parts are timed apart from the run
+        sharded = {"sharded_compute_s": meas.sharded_compute_s(b, w, level),
+                   "link_exchange_s": meas.sharded_exchange_s(config.get("rate"), w, level)}
     if w > 1 and config.get("rate") is not None:
         if arch == "allreduce":
             floor = median_step_s(meas.loopback_timings(b, w))
         elif arch == "ps":
             compute_floor = fed_step_of(meas.loopback_timings(b, w, ddp=False), "ps")
-        else:
-            sharded = {"link_exchange_s": meas.sharded_exchange_s(config["rate"], w, level),
-                       "loopback_step_s": meas.sharded_loopback_step_s(b, w, level),
-                       "loopback_exchange_s": meas.sharded_exchange_s(None, w, level)}
     return CaseInputs(
         architecture=arch, workers=w, ps=config.get("ps") or 0,
         partition=config.get("partition") or "balanced", param_bytes=info.param_bytes,

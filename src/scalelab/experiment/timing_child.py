@@ -111,6 +111,33 @@ def _time_ddp_steps_child(spec_json: str, batch_size: int, threads: int, steps: 
         dist.destroy_process_group()
 
 
+def _time_fsdp_steps_child(spec_json: str, batch_size: int, threads: int, steps: int,
+                           seed: int, level: int, port: int) -> None:
+    """A ZeRO-``level`` step (2: FSDP2 without resharding after forward, 3: with) on a
+    process group of this one rank: its compute and FSDP2's own work per unit (hooks,
+    copies in and out of the flat buffers, the optimizer on DTensor shards), no exchange."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from scalelab.profiler.memory import fsdp_units
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1, timeout=timedelta(seconds=120))
+    try:
+        spec, algorithm = _spec_of(spec_json)
+        model = spec.build_model(seed=seed)
+        for unit in fsdp_units(model):
+            fully_shard(unit, reshard_after_forward=level == 3)
+        fully_shard(model, reshard_after_forward=level == 3)
+        _time_when_told(spec, model, batch_size, threads, steps, seed, algorithm=algorithm)
+    finally:
+        dist.destroy_process_group()
+
+
 def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
                             rank: int) -> None:
     """Replay a step's collectives (:class:`scalelab.theory.sharded_step.Collective` as
@@ -173,12 +200,16 @@ def child_main(argv: list[str]) -> int:
     ``--time-ddp-steps ... SEED PORT WORKERS RANK DDP``: one rank on loopback (DDP 1: a DDP
     model; 0: a plain one meeting the others before each step);
     ``--time-collectives PLAN_JSON ADDR PORT WORKERS RANK``: one rank replaying a step's
-    collectives."""
+    collectives; ``--time-fsdp-steps SPEC_JSON BATCH THREADS STEPS SEED LEVEL PORT``: a
+    ZeRO-2/3 step on one rank."""
     if len(argv) == 6 and argv[0] == "--time-steps":
         _time_steps_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]), int(argv[5]))
         return 0
     if len(argv) == 10 and argv[0] == "--time-ddp-steps":
         _time_ddp_steps_child(argv[1], *map(int, argv[2:10]))
+        return 0
+    if len(argv) == 8 and argv[0] == "--time-fsdp-steps":
+        _time_fsdp_steps_child(argv[1], *map(int, argv[2:8]))
         return 0
     if len(argv) == 6 and argv[0] == "--time-collectives":
         _time_collectives_child(argv[1], argv[2], *map(int, argv[3:6]))
@@ -190,7 +221,8 @@ def child_main(argv: list[str]) -> int:
     print("usage: python -m scalelab.experiment.timing_child --time-steps SPEC_JSON BATCH THREADS "
           "STEPS SEED | --time-fed-steps SPEC_JSON BATCH THREADS STEPS SEED DATA LOADERS "
           "WORKERS WORKER | --time-ddp-steps SPEC_JSON BATCH THREADS STEPS SEED PORT WORKERS "
-          "RANK DDP | --time-collectives PLAN_JSON ADDR PORT WORKERS RANK", file=sys.stderr)
+          "RANK DDP | --time-collectives PLAN_JSON ADDR PORT WORKERS RANK | --time-fsdp-steps "
+          "SPEC_JSON BATCH THREADS STEPS SEED LEVEL PORT", file=sys.stderr)
     return 2
 
 

@@ -21,14 +21,15 @@ buffers in and out (ZeRO-1's broadcasts follow the optimizer step, and DDP's all
 hides behind backward only as long as backward lasts, a fraction of it on a slow link).
 So the step is the sum of the compute, FSDP2's own work per unit
 (copy-in, copy-out, the sharded optimizer on the local shards) and every collective's
-time. Moving the same ranks from loopback to a slower link changes only the collectives'
-times (:func:`step_on_link_s`): ``T_link = T_loopback + X_link - X_loopback``, with X the
-sum of the step's collectives timed in sequence on each link. On two ranks of an
-AlexNet-like model (8 units, 7.0 MB of fp32 parameters, batch 8) with the load average at
-2-3 on two cores: loopback steps 74.3 ms (ZeRO-2) and 81.5 ms (ZeRO-3); the collectives
-replayed alone, 35 ms (ZeRO-2) and 51 ms (ZeRO-3) on loopback, 351 ms and 492 ms on a
-300 Mbit/s emulated link; the sum gives 390 ms and 522 ms against 387 ms and 519 ms
-measured in ``scalelab run --emulate-network 300mbit``.
+time (:func:`cpu_step_s`): ``T = R + X``, R the step without its exchange (the ranks
+computing at once on the host's cores), X the step's collectives one after another on
+its link. Moving the same ranks from loopback to a slower link changes only X. On two
+ranks of an AlexNet-like model (8 units, 7.0 MB of fp32 parameters, batch 8) with the
+load average at 2-3 on two cores: loopback steps 74.3 ms (ZeRO-2) and 81.5 ms (ZeRO-3);
+the collectives replayed alone, 35 ms (ZeRO-2) and 51 ms (ZeRO-3) on loopback, 351 ms and
+492 ms on a 300 Mbit/s emulated link; loopback's step less its collectives plus the
+link's gives 390 ms and 522 ms against 387 ms and 519 ms measured in
+``scalelab run --emulate-network 300mbit``.
 
 **Gloo's reduce-scatter costs an all-reduce.** ``reduce_scatter_tensor`` on Gloo took an
 all-reduce's time of the same input at every size from 16 Ki to 1 Mi elements per rank,
@@ -42,6 +43,13 @@ steps' latency. On the 300 Mbit/s link Gloo's all-gather of a 2.1 MB shard took 
 where 2.1 MB / 36.0 MB/s is 58 ms (1.47x; an all-reduce of the same bytes ran at the
 link's rate), so the wire model is a lower bound for all-gathers there; validation times
 the step's collectives on the case's link instead (:mod:`scalelab.experiment.measure`).
+
+R is timed with every rank training alone on a process group of one, all ranks at once:
+timing the same layout's run on loopback instead (and subtracting its collectives
+replayed there) was 2-3x too slow when other processes loaded the two cores: two ranks'
+Gloo threads spinning through loopback collectives on busy cores cost far more than on a
+link, where a rank sleeps while its bytes cross (ZeRO-3 at batch 8, load average 5 to 7:
+158 ms on loopback against 59 ms in the 300 Mbit/s run).
 """
 
 from __future__ import annotations
@@ -166,14 +174,16 @@ def collectives_s(collectives: Sequence[Collective], ranks: int, bandwidth_Bps: 
                + ring_steps(c, ranks) * latency_s for c in collectives)
 
 
-def step_on_link_s(loopback_step_s: float, link_exchange_s: float,
-                   loopback_exchange_s: float) -> float:
-    """A sharded CPU step on a link from the same ranks' step on loopback, seconds.
+def cpu_step_s(compute_s: float, exchange_s: float) -> float:
+    """A sharded step on CPU ranks over Gloo, seconds: ``T = R + X``.
 
-    ``T_link = T_loopback + X_link - X_loopback`` (module docstring: nothing overlaps, so
-    only the collectives' time changes with the link), never below ``T_loopback``: no
-    link is faster than loopback.
+    ``compute_s`` (R) the step without its exchange, the ranks computing at once (forward,
+    backward, FSDP2's work per unit, the optimizer); ``exchange_s`` (X) the step's
+    collectives (:func:`step_collectives`) one after another on the ranks' link, timed
+    (validation) or from :func:`collectives_s`. Nothing overlaps (module docstring); for
+    ZeRO-1, DDP's all-reduce may hide behind what is left of backward when its first
+    bucket is ready, so ``R + X`` is an upper bound by at most that backward.
     """
-    if min(loopback_step_s, link_exchange_s, loopback_exchange_s) < 0:
+    if min(compute_s, exchange_s) < 0:
         raise ValueError("times must be >= 0")
-    return loopback_step_s + max(0.0, link_exchange_s - loopback_exchange_s)
+    return compute_s + exchange_s
