@@ -128,11 +128,20 @@ def test_no_layout_holds_the_asked_batch_so_a_smaller_one_is_accumulated():
 def test_exposed_exchange_of_each_layout_from_ddps():
     assert zero.exchange_factor("zero2", param_bytes_per_param=4, grad_bytes_per_param=4) == 1
     assert zero.exchange_factor("zero3", param_bytes_per_param=4, grad_bytes_per_param=4) == 1.5
-    assert zero.layout_exposed_s("ddp", 0.1, 1.0) == 0.1
-    assert zero.layout_exposed_s("zero1", 0.1, 1.0) == pytest.approx(0.6)  # + broadcast
-    assert zero.layout_exposed_s("zero3", 0.1, 1.0) == pytest.approx(0.15)
+    assert zero.layout_exposed_s("ddp", 0.1, 1.0, ranks=2) == 0.1
+    # ZeRO-1 adds its broadcasts, p Psi / B: on 2 ranks the all-reduce's time again (C =
+    # 2 (N-1)/N g Psi / B = g Psi / B), on 8 ranks 8/14 of it
+    assert zero.layout_exposed_s("zero1", 0.1, 1.0, ranks=2) == pytest.approx(1.1)
+    assert zero.layout_exposed_s("zero1", 0.1, 1.0, ranks=8) == pytest.approx(0.1 + 8 / 14)
+    assert zero.layout_exposed_s("zero3", 0.1, 1.0, ranks=2) == pytest.approx(0.15)
     with pytest.raises(ValueError):
-        zero.layout_exposed_s("zero4", 0.1, 1.0)
+        zero.layout_exposed_s("zero4", 0.1, 1.0, ranks=2)
+    # the same broadcast as the layouts' rows count it, from the bytes
+    psi, n, bw = 1e6, 4, 1e8
+    c = 2 * (n - 1) / n * 4 * psi / bw
+    assert zero.zero1_broadcast_s(psi, n, bw, param_bytes_per_param=4) == pytest.approx(
+        zero.layout_exposed_s("zero1", 0.0, c, ranks=n))
+    assert zero.zero1_broadcast_s(psi, 1, bw) == 0.0
 
 
 def test_vgg16_at_512_from_a_cpu_workload_launches_the_batch_a_layout_holds():

@@ -162,7 +162,7 @@ def too_large_advice(spec: WorkloadSpec, options: ProfileOptions) -> dict[str, A
     batch of one such device fits (:func:`scalelab.plan.layout_choice.fewest_devices`),
     counted on meta tensors; None when the count says one device holds batch 1 without
     sharding (the measurement, not the memory, refused it) or the model cannot be counted."""
-    from scalelab.plan.layout_choice import fewest_devices
+    from scalelab.plan.layout_choice import fewest_devices, run_architecture
     from scalelab.plan.layouts import sizes_from_components
     from scalelab.profiler.memory import try_memory_components
     from scalelab.profiler.profile import default_budget
@@ -175,9 +175,9 @@ def too_large_advice(spec: WorkloadSpec, options: ProfileOptions) -> dict[str, A
     if fit is None or fit.layout == "ddp":
         return None
     shape = ",".join(str(x) for x in spec.input_shape)
-    launch = (f"scalelab run {spec.model} --workers {fit.gpus} --architecture fsdp --zero "
-              f"{fit.zero_level} --batch-size {fit.batch_size} --input-shape {shape} "
-              f"--num-classes {spec.num_classes}")
+    launch = (f"scalelab run {spec.model} --workers {fit.gpus} --architecture "
+              f"{run_architecture(fit.layout)} --batch-size {fit.batch_size} --input-shape "
+              f"{shape} --num-classes {spec.num_classes}")
     return {**fit.to_dict(), "device": options.device, "memory_budget_bytes": budget,
             "launch": launch}
 

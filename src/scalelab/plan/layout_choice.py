@@ -19,7 +19,7 @@ batch b' on G devices, per exchange of k micro-batches:
 with T_C(b') the plan's compute on the target scaled by the profile's step-time fit,
 T_IO scaled with the batch, and E_layout the exchange left after compute
 (:func:`scalelab.theory.zero.layout_exposed_s`: f x DDP's exposed exchange, f the exchange
-factor 1 for ZeRO-2 and 1.5 for ZeRO-3; ZeRO-1 DDP's plus its broadcast) from the sweep's
+factor 1 for ZeRO-2 and 1.5 for ZeRO-3; ZeRO-1 DDP's plus its broadcasts) from the sweep's
 all-reduce row at G devices. E does not shrink with b' here (more backward to hide behind
 would only help): the efficiency at a larger batch is a lower bound.
 """
@@ -40,6 +40,12 @@ MIN_GAIN = 0.02
 COLLECTIVES = ("allreduce", "hierarchical")
 """Architectures whose sweep rows give DDP's exchange (sharded layouts run collectives)."""
 GIB = 2**30
+
+
+def run_architecture(layout: str) -> str:
+    """``scalelab run --architecture``'s value for a layout: ``allreduce`` for plain DDP,
+    ``fsdp --zero N`` for ZeRO-N (the one place the launch commands take it from)."""
+    return "allreduce" if zero.check_layout(layout) == "ddp" else f"fsdp --zero {layout[-1]}"
 
 
 def size_text(n: float) -> str:
@@ -183,7 +189,7 @@ def options_at(st, sizes: ModelSizes, memory_bytes: float, all_rows: dict, gpus:
     for lay in zero.LAYOUTS:
         m = layout_memory(sizes, gpus, lay, batch)
         largest = m.largest_batch(memory_bytes) if sizes.per_sample_bytes > 0 else None
-        exposed = None if ddp is None else zero.layout_exposed_s(lay, *ddp, **kw)
+        exposed = None if ddp is None else zero.layout_exposed_s(lay, *ddp, ranks=gpus, **kw)
         out.append(LayoutOption(lay, gpus, batch, m.total_bytes, limit, largest,
                                 zero.exchange_factor(lay, **kw), compute, io_s, exposed))
     return out

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from scalelab.theory import zero
-from scalelab.theory.memory import usable_bytes
+from scalelab.theory.memory import largest_batch, usable_bytes
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,12 @@ class LayoutMemory:
         return self.fixed_bytes + self.activation_bytes
 
     def largest_batch(self, device_memory_bytes: float) -> int:
-        """Largest batch that fits ``device_memory_bytes`` after the margin (0: none)."""
-        return zero.largest_batch(usable_bytes(device_memory_bytes), self.fixed_bytes, 0.0,
-                                  self.per_sample_bytes)
+        """Largest batch that fits ``device_memory_bytes`` after the margin (0: none;
+        :func:`scalelab.theory.memory.largest_batch` with the layout's fixed bytes)."""
+        b = largest_batch(device_memory_bytes, self.fixed_bytes, self.per_sample_bytes)
+        if b is None:
+            raise ValueError(f"per-sample bytes must be > 0, got {self.per_sample_bytes}")
+        return max(0, b)
 
 
 @dataclass(frozen=True)
@@ -247,25 +250,25 @@ def layout_rows(sizes: ModelSizes, ranks: int, batch_size: int, device_memory_by
     """Every layout at ``batch_size`` on ``ranks`` devices of ``device_memory_bytes`` joined
     by links of ``bandwidth_Bps`` (per direction), with forward/backward times of a step.
 
-    Exchange per rank from :func:`scalelab.theory.zero.exchange_bytes`, each ring
-    collective ``(N-1)/N x bytes / B + (N-1) latency`` per unit. Exposed: DDP's buckets
-    (:func:`scalelab.theory.comm.ddp_exposed_s`); ZeRO-1 as torch runs it, DDP's exposed
-    all-reduce and the owners' broadcast after the optimizer step, all exposed; ZeRO-2/3
-    FSDP2's prefetch (:func:`scalelab.theory.zero.fsdp_step_s`) less forward + backward.
+    Exchange per rank from :func:`scalelab.theory.zero.exchange_bytes`; times from the
+    ring collectives of :mod:`scalelab.theory.comm` (all-gather and reduce-scatter per unit,
+    DDP's all-reduce) and ZeRO-1's broadcast (:func:`scalelab.theory.zero.zero1_broadcast_s`).
+    Exposed: DDP's buckets (:func:`scalelab.theory.comm.ddp_exposed_s`); ZeRO-1 as torch
+    runs it, DDP's exposed all-reduce and the owners' broadcast after the optimizer step,
+    all exposed; ZeRO-2/3 FSDP2's prefetch (:func:`scalelab.theory.zero.fsdp_step_s`) less
+    forward + backward.
     """
-    from scalelab.theory.comm import ddp_exposed_s
+    from scalelab.theory.comm import ddp_exposed_s, ring_allgather_s, ring_allreduce_s
 
     if not bandwidth_Bps > 0:
         raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
     n = max(ranks, 1)
-    frac = (n - 1) / n
     psi = sizes.params
     p_bytes, g_bytes = sizes.param_bytes_per_param * psi, sizes.grad_bytes_per_param * psi
     units = list(sizes.unit_params) or [psi]
-    hops = (n - 1) * latency_s
-    gather_s = frac * p_bytes / bandwidth_Bps + hops * len(units)
-    scatter_s = frac * g_bytes / bandwidth_Bps + hops * len(units)
-    allreduce_s = 2 * frac * g_bytes / bandwidth_Bps + 2 * hops
+    gather_s = ring_allgather_s(p_bytes, n, bandwidth_Bps, latency_s, len(units))
+    scatter_s = ring_allgather_s(g_bytes, n, bandwidth_Bps, latency_s, len(units))
+    allreduce_s = ring_allreduce_s(g_bytes, n, bandwidth_Bps, latency_s)
     rows = []
     for lay in zero.LAYOUTS:
         mem = layout_memory(sizes, n, lay, batch_size)
@@ -279,7 +282,8 @@ def layout_rows(sizes: ModelSizes, ranks: int, batch_size: int, device_memory_by
             exposed = ddp_exposed_s(total, backward_s, g_bytes)
         elif lay == "zero1":
             nbytes = zero.zero1_over_ddp_bytes(psi, n, **kw)
-            broadcast_s = frac * p_bytes / bandwidth_Bps + hops
+            broadcast_s = zero.zero1_broadcast_s(psi, n, bandwidth_Bps, latency_s,
+                                                 param_bytes_per_param=sizes.param_bytes_per_param)
             total = allreduce_s + broadcast_s
             exposed = ddp_exposed_s(allreduce_s, backward_s, g_bytes) + broadcast_s
         else:

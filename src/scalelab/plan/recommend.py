@@ -373,8 +373,8 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
     if architecture != "ps":
         cmd = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank 0 "
                f"--master-addr HOST0 --master-port 29500 -m scalelab run {model} "
-               f"--workers {gpus} --architecture "
-               f"{'allreduce' if layout == 'ddp' else 'fsdp --zero ' + layout[-1]} {args} "
+               f"--workers {gpus} --architecture {layout_choice.run_architecture(layout)} "
+               f"{args} "
                "--launcher torchrun")
         if architecture == "hierarchical":
             rate = (f", predicted {flat_samples_per_s:,.0f} samples/s"

@@ -115,7 +115,6 @@ def activation_bytes(model: torch.nn.Module, batch: torch.Tensor, loss_fn=None) 
 
 #: Optimizer state per parameter in the parameters' dtype units (SGD: one momentum buffer,
 #: Adam: two moments), as :meth:`scalelab.workload.WorkloadSpec.make_optimizer` builds them.
-OPTIMIZER_STATE_PER_PARAM = {"sgd": 1, "adam": 2}
 
 
 def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
@@ -139,12 +138,13 @@ def memory_components(spec) -> dict:
     """Memory by component of ``spec`` (a WorkloadSpec), counted on meta tensors.
 
     Nothing is allocated, so any model can be counted, including one too large for the
-    device: parameters, gradients (same dtype), optimizer state (per
-    :data:`OPTIMIZER_STATE_PER_PARAM`), the activations forward saves for backward per
-    sample (:func:`activation_bytes` at batch 1 and 2, the difference), the input per
+    device: parameters, gradients (same dtype), optimizer state
+    (:func:`scalelab.theory.zero.optimizer_state_bytes`), the activations forward saves for
+    backward per sample (:func:`activation_bytes` at batch 1 and 2, the difference), the input per
     sample, each tensor's shape and the parameters of each FSDP unit (:func:`fsdp_units`).
     fp32 throughout (the dtype the model is built in).
     """
+    from scalelab.theory import zero
     from scalelab.workload import logits_of
 
     with torch.device("meta"):
@@ -164,7 +164,8 @@ def memory_components(spec) -> dict:
         "param_count": numel,
         "param_bytes": param_bytes,
         "grad_bytes": param_bytes,
-        "optimizer_bytes": OPTIMIZER_STATE_PER_PARAM.get(spec.optimizer, 1) * param_bytes,
+        "optimizer_bytes": int(zero.optimizer_state_bytes(spec.optimizer, param_bytes,
+                                                          spec.momentum)),
         "bytes_per_param": elem,
         "activation_bytes_per_sample": max(per[1] - per[0], 0),
         "activation_bytes_fixed": max(2 * per[0] - per[1], 0),
@@ -205,6 +206,6 @@ def too_large_note(components: dict | None, budget_bytes: float) -> str:
             f"{plain.optimizer_bytes / gib:.2f} GiB + {one / gib:.3f} GiB per sample")
     if one >= budget_bytes:
         return text + ": one sample's activations alone exceed the budget"
-    need = math.ceil(plain.total_bytes / (budget_bytes - one))
+    need = zero.zero3_min_ranks(plain.total_bytes, budget_bytes, one)
     return text + (f"; ZeRO-3 needs at least {need} devices of this budget for batch 1 "
                    "(model state and activations only)")

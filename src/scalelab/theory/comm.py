@@ -177,6 +177,19 @@ def ring_allreduce_s(
     return ring_allreduce_bytes(param_bytes, n) / bandwidth_Bps + 2.0 * (n - 1) * latency_s
 
 
+def ring_allgather_s(whole_bytes: float, members: int, bandwidth_Bps: float,
+                     latency_s: float = 0.0, collectives: int = 1) -> float:
+    """Ring all-gather of a tensor of ``whole_bytes`` (each member holds 1/N of it), or ring
+    reduce-scatter of one (each keeps the sum of its 1/N), issued as ``collectives`` pieces
+    (FSDP's units): every member receives the other members' shares over N-1 steps,
+    ``(N-1)/N S / B + (N-1) latency`` per piece; zero for one member."""
+    if members <= 1:
+        return 0.0
+    _positive("bandwidth_Bps", bandwidth_Bps)
+    n = members
+    return (n - 1) / n * whole_bytes / bandwidth_Bps + collectives * (n - 1) * latency_s
+
+
 def nccl_bus_bandwidth_Bps(param_bytes: float, members: int, time_s: float) -> float:
     """nccl-tests' all-reduce bus bandwidth: (S_p / t) * 2 (N-1) / N."""
     _positive("time_s", time_s)

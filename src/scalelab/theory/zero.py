@@ -63,6 +63,25 @@ LAYOUT_NAMES = {
 OPTIMIZER_BYTES_PER_PARAM = {"sgd": 0, "sgd_momentum": 4, "adam": 8}
 
 
+def optimizer_state_bytes(optimizer: str, param_bytes: float, momentum: float = 0.9) -> float:
+    """Optimizer state of scalelab's optimizers for ``param_bytes`` of parameters: the
+    state is kept in the parameters' dtype, :data:`OPTIMIZER_BYTES_PER_PARAM`'s fp32 bytes
+    over 4 per byte of parameter (Adam 2x, SGD with momentum 1x, plain SGD none)."""
+    key = "adam" if optimizer == "adam" else ("sgd_momentum" if momentum else "sgd")
+    return OPTIMIZER_BYTES_PER_PARAM[key] / 4 * param_bytes
+
+
+def zero3_min_ranks(state_bytes: float, memory_bytes: float, other_bytes: float = 0.0
+                    ) -> int | None:
+    """Fewest ranks on which ZeRO-3 holds ``state_bytes`` of model state in
+    ``memory_bytes`` each beside ``other_bytes`` (activations): ``state / N + other <= M``,
+    so ``N = ceil(state / (M - other))``; None when ``other`` alone fills the memory."""
+    room = memory_bytes - other_bytes
+    if not room > 0:
+        return None
+    return max(1, math.ceil(state_bytes / room))
+
+
 def check_layout(layout: str) -> str:
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
@@ -241,19 +260,6 @@ def rank_state_bytes(shapes: Sequence[Sequence[int]], ranks: int, rank: int, lay
                       k * optimizer_bytes_per_param)
 
 
-def largest_batch(memory_bytes: float, state_bytes: float, transient_bytes_: float,
-                  per_sample_bytes: float, fixed_bytes: float = 0.0) -> int:
-    """The largest batch b with ``state + transient + fixed + b m <= memory_bytes``.
-
-    ``memory_bytes`` is what may be used (already after a safety margin); 0 when even the
-    state does not fit. ``per_sample_bytes`` must be > 0.
-    """
-    if not per_sample_bytes > 0:
-        raise ValueError(f"per-sample bytes must be > 0, got {per_sample_bytes}")
-    room = memory_bytes - state_bytes - transient_bytes_ - fixed_bytes
-    return max(0, math.floor(room / per_sample_bytes))
-
-
 def fsdp_step_s(unit_fractions: Sequence[float], forward_s: float, backward_s: float,
                 allgather_s: float, reducescatter_s: float,
                 reshard_after_forward: bool = True) -> float:
@@ -321,19 +327,41 @@ def exchange_factor(layout: str, *, param_bytes_per_param: float = 2,
             "zero3": (2 * p + g) / (2 * g)}[layout]
 
 
+def zero1_broadcast_s(params: float, ranks: int, bandwidth_Bps: float, latency_s: float = 0.0,
+                      *, param_bytes_per_param: float = 2) -> float:
+    """ZeRO-1's broadcast of the updated parameters from their owners, seconds.
+
+    ``ZeroRedundancyOptimizer`` broadcasts every tensor from the rank that owns it, one
+    after another, after the optimizer step. A broadcast of S bytes takes S / B whatever
+    the number of ranks (pipelined along a ring or a tree every link carries the whole
+    tensor once; nccl-tests count a broadcast's bus bandwidth as its algorithm bandwidth),
+    so all of them take ``p Psi / B + (N-1) latency``, not the ``(N-1)/N p Psi`` a rank
+    receives. Measured: two CPU ranks on Gloo, 7.0 MB of fp32 parameters over a 300 Mbit/s
+    emulated link (36.0 MB/s measured): the optimizer phase with the broadcasts 191.7 ms
+    against DDP's 1.6 ms, 190 ms where 7.0 MB / 36.0 MB/s is 194 ms.
+    """
+    _check(params, ranks)
+    if ranks == 1:
+        return 0.0
+    if not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
+    return param_bytes_per_param * params / bandwidth_Bps + (ranks - 1) * latency_s
+
+
 def layout_exposed_s(layout: str, ddp_exposed_s: float, ddp_allreduce_s: float, *,
-                     param_bytes_per_param: float = 4,
+                     ranks: int, param_bytes_per_param: float = 4,
                      grad_bytes_per_param: float = 4) -> float:
     """Exchange a layout leaves after compute, from plain DDP's at the same scale, seconds.
 
-    ``ddp_allreduce_s`` (C) is DDP's all-reduce time and ``ddp_exposed_s`` (E) what of it
-    shows after backward on the same links. As the runner runs each layout:
+    ``ddp_allreduce_s`` (C) is DDP's all-reduce time on ``ranks`` ranks and
+    ``ddp_exposed_s`` (E) what of it shows after backward on the same links. As the runner
+    runs each layout:
 
     - ``ddp``: E.
     - ``zero1`` (``ZeroRedundancyOptimizer`` over DDP): DDP's all-reduce, E exposed as
-      before, then each owner broadcasts its updated parameters after the optimizer step,
-      with no compute left to hide behind: ``(N-1)/N p Psi`` per rank against the
-      all-reduce's ``2 (N-1)/N g Psi``, so ``E + p / (2 g) C``.
+      before, then the owners' broadcasts after the optimizer step, with no compute left to
+      hide behind (:func:`zero1_broadcast_s`): ``p Psi / B`` against the all-reduce's
+      ``2 (N-1)/N g Psi / B``, so ``E + p N / (2 g (N-1)) C``.
     - ``zero2``, ``zero3`` (FSDP2): the exchange is :func:`exchange_factor` f times DDP's
       bytes, issued per unit and overlapped with compute by prefetch, taken to hide as
       DDP's buckets do: ``f E`` (f = 1 and 1.5 when p = g). An assumption, not yet checked
@@ -347,6 +375,8 @@ def layout_exposed_s(layout: str, ddp_exposed_s: float, ddp_allreduce_s: float, 
     if layout == "ddp":
         return ddp_exposed_s
     if layout == "zero1":
-        return ddp_exposed_s + param_bytes_per_param / (2 * grad_bytes_per_param) * \
-            ddp_allreduce_s
+        if ranks <= 1:
+            return ddp_exposed_s
+        ratio = param_bytes_per_param * ranks / (2 * grad_bytes_per_param * (ranks - 1))
+        return ddp_exposed_s + ratio * ddp_allreduce_s
     return exchange_factor(layout, **kw) * ddp_exposed_s
