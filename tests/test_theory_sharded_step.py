@@ -60,8 +60,21 @@ def test_the_cpu_step_is_its_compute_plus_every_collective():
         ss.cpu_step_s(-1, 0)
 
 
+def test_zero1s_buckets_hide_behind_what_is_left_of_backward():
+    # buckets of 60 and 140 ms, backward 20 ms: the first is ready at 6 ms and reduced until
+    # 66 ms, the second (ready at 20 ms) until 206 ms: 186 ms show, 14 ms hide
+    assert ss.buckets_exposed_s([0.060, 0.140], 0.020) == pytest.approx(0.186)
+    assert ss.cpu_step_s(0.030, 0.390, [0.060, 0.140], 0.020) == pytest.approx(
+        0.030 + 0.390 - 0.014)
+    # one bucket hides nothing; short reductions leave only the last one's tail
+    assert ss.buckets_exposed_s([0.2], 1.0) == pytest.approx(0.2)
+    assert ss.buckets_exposed_s([0.01] * 4, 1.0) == pytest.approx(0.01)
+    assert ss.buckets_exposed_s([0.1, 0.1], 0.0) == pytest.approx(0.2)
+    assert ss.buckets_exposed_s([], 1.0) == 0.0
+
+
 def test_a_models_collectives_are_counted_from_its_fsdp_units():
-    from scalelab.experiment.measure import model_collectives
+    from scalelab.experiment.sharded_timing import model_collectives
     from scalelab.workload import WorkloadSpec
 
     spec = WorkloadSpec("tests.toy_validate:alexnet_like", input_shape=(3, 32, 32),

@@ -45,6 +45,12 @@ def test_a_sharded_case_is_its_step_without_exchange_plus_its_collectives():
         assert got.comm_s == pytest.approx(0.490) and got.compute_s == pytest.approx(0.030)
         assert got.bottleneck == "communication" and "nothing overlapped" in got.form
         assert CaseInputs.from_dict(case.to_dict()) == case
+    # ZeRO-1: DDP's buckets (60 and 140 ms of the 490) hide behind backward (20 ms) as far
+    # as they can, 14 ms here
+    z1 = _inputs(zero=1, sharded_compute_s=0.030, link_exchange_s=0.490,
+                 allreduce_buckets_s=(0.060, 0.140), backward_s=0.020)
+    assert predict_case(z1).step_s == pytest.approx(0.030 + 0.490 - 0.014)
+    assert CaseInputs.from_dict(z1.to_dict()) == z1
     # the ZeRO-1 step is its own, not DDP's with a broadcast added
     assert predict_case(_inputs(zero=1, sharded_compute_s=0.030, link_exchange_s=0.490)
                         ).step_s != predict_case(_inputs(zero=1)).step_s

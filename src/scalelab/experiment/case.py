@@ -75,6 +75,10 @@ class CaseInputs:
     """A sharded case: its step's collectives
     (:func:`scalelab.theory.sharded_step.step_collectives`) replayed in sequence on its
     link (emulated or loopback), seconds."""
+    allreduce_buckets_s: tuple[float, ...] = ()
+    """ZeRO-1: each of DDP's bucket all-reduces in that replay, in order, seconds."""
+    backward_s: float = 0.0
+    """ZeRO-1: the backward of its workers computing at once, seconds."""
 
     def __post_init__(self):
         if self.architecture not in CASE_ARCHITECTURES:
@@ -93,10 +97,12 @@ class CaseInputs:
         if not self.latency_s >= 0:
             raise ValueError(f"case latency_s must be >= 0, got {self.latency_s}")
         for name in ("floor_step_s", "compute_floor_s", "sharded_compute_s",
-                     "link_exchange_s"):
+                     "link_exchange_s", "backward_s"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"case {name} must be >= 0, got {getattr(self, name)}")
         object.__setattr__(self, "tensor_bytes", tuple(int(b) for b in self.tensor_bytes))
+        object.__setattr__(self, "allreduce_buckets_s",
+                           tuple(float(t) for t in self.allreduce_buckets_s))
 
     @property
     def worker_compute_s(self) -> float:
@@ -107,11 +113,12 @@ class CaseInputs:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["tensor_bytes"] = list(self.tensor_bytes)
+        d["allreduce_buckets_s"] = list(self.allreduce_buckets_s)
         if not self.colocated:
             del d["colocated"]  # dedicated servers: the file form older cases have
         if not self.zero:
             del d["zero"]
-        for k in ("sharded_compute_s", "link_exchange_s"):
+        for k in ("sharded_compute_s", "link_exchange_s", "allreduce_buckets_s", "backward_s"):
             if not d[k]:
                 del d[k]  # measured for sharded cases only
         return d
@@ -130,8 +137,9 @@ class CaseInputs:
                        floor_step_s=float(d.get("floor_step_s") or 0.0),
                        compute_floor_s=float(d.get("compute_floor_s") or 0.0),
                        colocated=bool(d.get("colocated", False)), zero=int(d.get("zero") or 0),
+                       allreduce_buckets_s=tuple(d.get("allreduce_buckets_s") or ()),
                        **{k: float(d.get(k) or 0.0) for k in (
-                           "sharded_compute_s", "link_exchange_s")})
+                           "sharded_compute_s", "link_exchange_s", "backward_s")})
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: case inputs are incomplete or invalid ({e})") from None
 
@@ -156,9 +164,9 @@ def predict_case(inputs: CaseInputs | dict[str, Any], params: ModelParams | None
 
     A sharded case (fsdp, ZeRO level z) with its measurements
     (:func:`scalelab.experiment.measure.case_inputs`) is its step without the exchange plus
-    its collectives one after another on its link
-    (:func:`scalelab.theory.sharded_step.cpu_step_s`). Without them (a file from before
-    them): DDP's step with ZeRO-z's exposed exchange
+    its collectives one after another on its link, less what of ZeRO-1's bucketed
+    all-reduce hides behind backward (:func:`scalelab.theory.sharded_step.cpu_step_s`).
+    Without them (a file from before them): DDP's step with ZeRO-z's exposed exchange
     (:func:`scalelab.theory.zero.layout_exposed_s`).
     """
     if not isinstance(inputs, CaseInputs):
@@ -186,7 +194,8 @@ def _predict_sharded(inputs: CaseInputs, params, io_s: float) -> StepPrediction:
     form = f"ZeRO-{inputs.zero} on Gloo/CPU: its collectives one by one, nothing overlapped"
     if inputs.sharded_compute_s > 0:
         rest = inputs.sharded_compute_s
-        step = sharded_step.cpu_step_s(rest, inputs.link_exchange_s)
+        step = sharded_step.cpu_step_s(rest, inputs.link_exchange_s,
+                                       inputs.allreduce_buckets_s, inputs.backward_s)
         return StepPrediction(
             compute_s=rest, push_s=0.0, apply_s=0.0, pull_s=0.0,
             comm_s=inputs.link_exchange_s, io_s=io_s, step_s=step + io_s, form=form,

@@ -33,10 +33,12 @@
 
 - **sharded** (fsdp): the step without its exchange, the case's W workers at once
   (``CaseInputs.sharded_compute_s``; ZeRO-1: the contended plain steps above, ZeRO-2/3:
-  each worker FSDP2's step on a process group of its own, :func:`time_fsdp_concurrently`,
+  each worker FSDP2's step on a process group of its own,
+  :func:`scalelab.experiment.sharded_timing.time_fsdp_concurrently`,
   the lower median of ``FLOOR_REPEATS``), and the step's collectives
   (:func:`scalelab.theory.sharded_step.step_collectives`) replayed on Gloo in sequence on
-  the case's link, emulated or loopback (:func:`time_collectives`).
+  the case's link, emulated or loopback
+  (:func:`scalelab.experiment.sharded_timing.time_collectives`).
 
 Compute, contention and floor are measured just before each case (``fresh_profiles``), so
 that load from other processes on a shared machine weighs on the prediction as it does on
@@ -194,63 +196,6 @@ def fed_step_of(timings: list[dict], architecture: str) -> float:
     return statistics.median(t["data_s"] + compute_of(t, architecture) for t in timings)
 
 
-def time_fsdp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
-                           steps: int, level: int, seed: int = 0, timeout_s: float = 300.0,
-                           algorithm: str = "default") -> list[dict]:
-    """``workers`` processes at once, each timing ZeRO-``level`` (2 or 3) steps on a process
-    group of its own: FSDP2's compute and per-unit work without the exchange; one dict
-    each."""
-    from scalelab.runner.launch import free_port
-
-    spec_json = _spec_json(spec, algorithm)
-    cmds = [[sys.executable, "-m", CHILD, "--time-fsdp-steps", spec_json, str(batch_size),
-             str(threads), str(steps), str(seed), str(level), str(free_port())]
-            for _ in range(workers)]
-    return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
-
-
-def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
-    """The collectives one step of ZeRO-``level`` issues for ``spec``'s model, counted on
-    meta tensors (:func:`scalelab.theory.sharded_step.step_collectives`); FSDP2's root unit
-    takes the parameters no block holds."""
-    import torch
-
-    from scalelab.profiler.memory import fsdp_units
-    from scalelab.theory.sharded_step import step_collectives
-
-    with torch.device("meta"):
-        model = spec.build_model(seed=None)
-    params = [p.numel() for p in model.parameters() if p.requires_grad]
-    units = [sum(p.numel() for p in u.parameters() if p.requires_grad)
-             for u in fsdp_units(model)]
-    root = sum(params) - sum(units)
-    return step_collectives(level, workers, units + ([root] if root > 0 else []), params)
-
-
-def time_collectives(collectives: list, workers: int, rate: str | None = None,
-                     repeats: int = 3, timeout_s: float = 300.0) -> float:
-    """Seconds ``workers`` Gloo ranks take for ``collectives`` in sequence (the slowest
-    rank's median of ``repeats``), on loopback or on an emulated network of ``rate``."""
-    from scalelab import netem
-    from scalelab.runner.launch import free_port
-
-    plan = json.dumps({"collectives": [[c.kind, c.numel, c.src] for c in collectives],
-                       "repeats": repeats})
-
-    def cmds(prefix, addr, port):
-        return [prefix(r) + [sys.executable, "-m", CHILD, "--time-collectives", plan, addr,
-                             str(port), str(workers), str(r)] for r in range(workers)]
-
-    if rate is None:
-        out = _time_together(cmds(lambda r: [], "127.0.0.1", free_port()), timeout_s,
-                             env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
-    else:
-        with netem.emulated_network(workers, rate) as net:
-            out = _time_together(cmds(net.exec_prefix, net.hosts[0].ip, 29500), timeout_s,
-                                 env={**os.environ, "GLOO_SOCKET_IFNAME": net.hosts[0].ifname})
-    return max(o["exchange_s"] for o in out)
-
-
 class Measurements:
     """Lone profiles, contention factors and links, measured when first needed and cached.
 
@@ -345,27 +290,39 @@ class Measurements:
     def sharded_compute_s(self, batch_size: int, workers: int, level: int) -> float:
         """A ZeRO-``level`` step without its exchange, the case's workers at once, seconds:
         ZeRO-1 the contended plain step (DDP's model, the whole optimizer step), ZeRO-2/3
-        FSDP2's step on a process group of one (:func:`time_fsdp_concurrently`), the
+        FSDP2's step on a process group of one (``time_fsdp_concurrently``), the
         lower median of ``FLOOR_REPEATS`` (load from other processes only slows it)."""
         if level == 1:
             return median_step_s(self.contended_timings(batch_size, workers))
+        return self._fsdp_compute_s(batch_size, workers, level)
+
+    def contended_backward_s(self, batch_size: int, workers: int) -> float:
+        """The median backward of the case's workers computing at once, seconds."""
+        return statistics.median(t["backward_s"]
+                                 for t in self.contended_timings(batch_size, workers))
+
+    def _fsdp_compute_s(self, batch_size: int, workers: int, level: int) -> float:
         key = ("compute", batch_size, workers, level)
         if key not in self.sharded:
             self.say(f"timing {workers} ZeRO-{level} workers at once without exchange, batch "
                      f"{batch_size} ({FLOOR_REPEATS} times)")
+            from scalelab.experiment.sharded_timing import time_fsdp_concurrently
+
             self.sharded[key] = min(median_step_s(time_fsdp_concurrently(
                 self.spec, batch_size, workers, worker_threads(workers),
                 max(FED_STEPS, self.profile_steps), level, self.seed,
                 algorithm=self.algorithm)) for _ in range(FLOOR_REPEATS))
         return self.sharded[key]
 
-    def sharded_exchange_s(self, rate: str | None, workers: int, level: int) -> float:
+    def sharded_exchange(self, rate: str | None, workers: int, level: int) -> dict:
         """A ZeRO-``level`` step's collectives replayed in sequence on the link of
-        ``rate`` (None: loopback), seconds (:func:`time_collectives`)."""
+        ``rate`` (None: loopback): ``time_collectives``'s dict."""
         key = ("exchange", rate, workers, level)
         if key not in self.sharded:
             self.say(f"timing ZeRO-{level}'s collectives of {workers} ranks on "
                      f"{rate or 'loopback'}")
+            from scalelab.experiment.sharded_timing import model_collectives, time_collectives
+
             self.sharded[key] = time_collectives(model_collectives(self.spec, level, workers),
                                                  workers, rate)
         return self.sharded[key]
@@ -403,8 +360,12 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     level = (config.get("zero") or 3) if arch == "fsdp" else 0
     sharded = {}
     if level and w > 1:  # on any link: the step's parts are timed apart from the run
+        x = meas.sharded_exchange(config.get("rate"), w, level)
         sharded = {"sharded_compute_s": meas.sharded_compute_s(b, w, level),
-                   "link_exchange_s": meas.sharded_exchange_s(config.get("rate"), w, level)}
+                   "link_exchange_s": x["exchange_s"]}
+        if level == 1:  # DDP's buckets, reduced while backward goes on
+            sharded.update(allreduce_buckets_s=tuple(x["all_reduce_s"]),
+                           backward_s=meas.contended_backward_s(b, w))
     if w > 1 and config.get("rate") is not None:
         if arch == "allreduce":
             floor = median_step_s(meas.loopback_timings(b, w))

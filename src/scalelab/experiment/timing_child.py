@@ -143,7 +143,7 @@ def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
     """Replay a step's collectives (:class:`scalelab.theory.sharded_step.Collective` as
     ``[kind, numel, src]``) on Gloo, one after another as the step issues them (ZeRO-1's
     broadcasts all started, then waited for, as ``ZeroRedundancyOptimizer`` does); print the
-    median time of the whole sequence over ``repeats``."""
+    median time of the whole sequence over ``repeats``, and of each all-reduce in it."""
     import statistics
     import time
     import warnings
@@ -164,31 +164,36 @@ def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
             shard = torch.ones(max(numel // workers, 0))
             bufs.append((kind, whole, shard, src))
 
-        def sequence():
-            pending = []
+        def sequence() -> list[float]:
+            """Run the collectives; the seconds of each all-reduce, in order."""
+            pending, reduces = [], []
             for kind, whole, shard, src in bufs:
                 if kind == "all_gather":
                     dist.all_gather_into_tensor(whole, shard)
                 elif kind == "reduce_scatter":
                     dist.reduce_scatter_tensor(shard, whole)
                 elif kind == "all_reduce":
+                    t0 = time.perf_counter()
                     dist.all_reduce(whole)
+                    reduces.append(time.perf_counter() - t0)
                 else:
                     pending.append(dist.broadcast(whole, src=src, async_op=True))
             for w in pending:
                 w.wait()
+            return reduces
 
         sequence()  # warm: connections and buffers
         print("ready", flush=True)
         sys.stdin.readline()
-        times = []
+        times, reduces = [], []
         for _ in range(int(plan["repeats"])):
             dist.barrier()
             t0 = time.perf_counter()
-            sequence()
+            reduces.append(sequence())
             times.append(time.perf_counter() - t0)
         dist.barrier()
-        print(json.dumps({"exchange_s": statistics.median(times), "times_s": times}),
+        print(json.dumps({"exchange_s": statistics.median(times), "times_s": times,
+                          "all_reduce_s": [statistics.median(r) for r in zip(*reduces)]}),
               flush=True)
     finally:
         dist.destroy_process_group()

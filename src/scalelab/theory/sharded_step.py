@@ -174,16 +174,42 @@ def collectives_s(collectives: Sequence[Collective], ranks: int, bandwidth_Bps: 
                + ring_steps(c, ranks) * latency_s for c in collectives)
 
 
-def cpu_step_s(compute_s: float, exchange_s: float) -> float:
-    """A sharded step on CPU ranks over Gloo, seconds: ``T = R + X``.
+def buckets_exposed_s(bucket_s: Sequence[float], backward_s: float) -> float:
+    """DDP's bucket all-reduces left after backward, seconds (ZeRO-1's gradient exchange).
+
+    ``bucket_s``: each bucket's all-reduce time on the link, in the order DDP reduces them
+    (:func:`ddp_buckets`). As :func:`scalelab.theory.comm.ddp_exposed_s` takes them, the
+    gradients come out evenly over backward (``T_b``), so bucket i is ready once backward
+    has produced its share, at ``T_b (c_1 + ... + c_i) / C`` (a bucket's time in
+    proportion to its bytes, C the sum), and the link reduces one bucket at a time:
+    ``end_i = max(end_{i-1}, ready_i) + c_i``. Exposed: ``max(0, end_k - T_b)``; with one
+    bucket nothing hides, with no backward everything shows.
+    """
+    if backward_s < 0 or any(c < 0 for c in bucket_s):
+        raise ValueError("times must be >= 0")
+    total = sum(bucket_s)
+    if not total > 0:
+        return 0.0
+    end = done = 0.0
+    for c in bucket_s:
+        done += c
+        end = max(end, backward_s * done / total) + c
+    return max(end - backward_s, 0.0)
+
+
+def cpu_step_s(compute_s: float, exchange_s: float, allreduce_bucket_s: Sequence[float] = (),
+               backward_s: float = 0.0) -> float:
+    """A sharded step on CPU ranks over Gloo, seconds: ``T = R + X - H``.
 
     ``compute_s`` (R) the step without its exchange, the ranks computing at once (forward,
     backward, FSDP2's work per unit, the optimizer); ``exchange_s`` (X) the step's
     collectives (:func:`step_collectives`) one after another on the ranks' link, timed
-    (validation) or from :func:`collectives_s`. Nothing overlaps (module docstring); for
-    ZeRO-1, DDP's all-reduce may hide behind what is left of backward when its first
-    bucket is ready, so ``R + X`` is an upper bound by at most that backward.
+    (validation) or from :func:`collectives_s`. FSDP2 overlaps nothing (module
+    docstring): H = 0. ZeRO-1's gradients are DDP's buckets (``allreduce_bucket_s``, part
+    of X), reduced while backward (``backward_s``) goes on: H is what of them hides,
+    ``sum(c_i) - buckets_exposed_s(c, T_b)``; its broadcasts follow the optimizer step.
     """
     if min(compute_s, exchange_s) < 0:
         raise ValueError("times must be >= 0")
-    return compute_s + exchange_s
+    hidden = sum(allreduce_bucket_s) - buckets_exposed_s(allreduce_bucket_s, backward_s)
+    return compute_s + exchange_s - hidden
