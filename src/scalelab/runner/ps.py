@@ -21,6 +21,11 @@ The timers' phases mean the same on both devices (``push_s`` includes finishing 
 device->host copies, ``pull_s`` the host->device ones: the step timer synchronizes the
 device at every phase boundary).
 
+Transport (``RunConfig.transport``): pieces travel over Gloo (``tcp``), or, when every rank
+is on this host, through shared memory (``shm``, :mod:`scalelab.runner.shm`): the server's
+parameters and the workers' gradient slots are shared buffers, and the messages above are
+one-element tokens with the same tags, so the protocol and the arithmetic are unchanged.
+
 Asynchronous (``mode="async"``): one message per shard. The server receives a gradient from
 any worker, applies it as it arrives and answers that worker with the fresh shard. Staleness
 of an update is the number of updates this server applied between sending that worker the
