@@ -163,13 +163,18 @@ class WorkloadSpec:
             )
         return module
 
+    def optimizer_class(self) -> tuple[type[torch.optim.Optimizer], dict[str, Any]]:
+        """The workload's optimizer class and its arguments (also what
+        ``ZeroRedundancyOptimizer`` is given to build each rank's shard of it)."""
+        if self.optimizer == "adam":
+            return torch.optim.Adam, {"lr": self.lr}
+        return torch.optim.SGD, {"lr": self.lr, "momentum": self.momentum}
+
     def make_optimizer(self, params, fused: bool = False) -> torch.optim.Optimizer:
         """The workload's optimizer; ``fused``: one kernel per pass over all parameters (the
         parameter servers' flat pieces), the same arithmetic as the default loops."""
-        kw = {"fused": True} if fused else {}
-        if self.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.lr, **kw)
-        return torch.optim.SGD(params, lr=self.lr, momentum=self.momentum, **kw)
+        cls, kw = self.optimizer_class()
+        return cls(params, **kw, **({"fused": True} if fused else {}))
 
     def loss_fn(self) -> nn.Module:
         return nn.CrossEntropyLoss()

@@ -34,11 +34,11 @@ from torch import nn
 
 from scalelab.errors import UsageError
 from scalelab.results import write_text_atomic
+from scalelab.runner import checkpoint
 from scalelab.runner.timers import StepTimer, maybe_phase
 from scalelab.workload import logits_of
 
 OWNER = "fsdp"
-KEEP = 2
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
@@ -101,10 +101,8 @@ class FSDPWorker:
         self._measure_from = max(cfg.warmup_steps, 0)
 
     def _zero_optimizer(self, cls, params):
-        spec = self.cfg.workload
-        if spec.optimizer == "adam":
-            return cls(params, optimizer_class=torch.optim.Adam, lr=spec.lr)
-        return cls(params, optimizer_class=torch.optim.SGD, lr=spec.lr, momentum=spec.momentum)
+        optimizer_class, kw = self.cfg.workload.optimizer_class()
+        return cls(params, optimizer_class=optimizer_class, **kw)
 
     # -- the step ---------------------------------------------------------------------
     def step(self, step: int, timer: StepTimer | None) -> dict:
@@ -224,7 +222,7 @@ class FSDPWorker:
         if dist.get_rank() == 0:
             write_text_atomic(path / "identity.json",
                               json.dumps({"identity": self.identity, "step": step}))
-            for old in sorted(steps_of(self.cfg.checkpoint_dir))[:-KEEP]:
+            for old in sorted(steps_of(self.cfg.checkpoint_dir))[:-checkpoint.KEEP]:
                 shutil.rmtree(root / f"{OWNER}-step{old:08d}", ignore_errors=True)
 
     def resume(self, directory: str) -> int:
@@ -277,15 +275,13 @@ def steps_of(directory: str | None) -> set[int]:
 
 
 def check_identity(path: Path, expected: dict) -> None:
+    """The checkpoint's identity (``identity.json``) against this run's, as the other
+    checkpoints are checked (:func:`scalelab.runner.checkpoint.check_identity`)."""
     try:
-        found = json.loads((path / "identity.json").read_text())["identity"]
-    except (OSError, ValueError, KeyError, TypeError):
+        payload = json.loads((path / "identity.json").read_text())
+    except (OSError, ValueError):
         raise UsageError(f"{path}: not a scalelab checkpoint") from None
-    if found != expected:
-        diffs = [k for k in expected if found.get(k) != expected[k]]
-        what = ", ".join(f"{k} {found.get(k)!r} here vs {expected[k]!r}" if k != "tensors"
-                         else "parameter shapes differ" for k in diffs[:3])
-        raise UsageError(f"checkpoint {path} is from another model or layout: {what}")
+    checkpoint.check_identity(path, payload, expected)
 
 
 def check_directory(directory: str, expected: dict) -> None:
