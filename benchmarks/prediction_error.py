@@ -25,10 +25,11 @@ and after. Goal: median <= 10%, max <= 25% uncalibrated; calibrated no worse.
 
 ``--sharded`` runs the sharded section instead: ZeRO-1, -2 and -3
 (``scalelab run --architecture fsdp --zero N``) of the AlexNet-like model on two workers at
-300 and 500 Mbit/s (:data:`SHARDED`). Each case is predicted as its step without exchange
-(its workers at once) plus its collectives replayed one after another on the case's link,
-less what of ZeRO-1's bucketed all-reduce hides behind backward
-(:mod:`scalelab.theory.sharded_step`); nothing is fitted, so every case is held out.
+300 and 500 Mbit/s, and ZeRO-2 and -3 on three workers at 300 Mbit/s (:data:`SHARDED`).
+Each case is predicted as its step without exchange (its workers at once) plus its
+collectives replayed one after another on the case's link, less what of ZeRO-1's bucketed
+all-reduce hides behind backward (:mod:`scalelab.theory.sharded_step`); nothing is
+fitted, so every case is held out.
 Printed: their median and max |error| (goal <= 5%, <= 15%) and the load average.
 
     sudo python benchmarks/prediction_error.py --sharded \\
@@ -81,7 +82,8 @@ def fsdp(w, zero, rate, b):
 
 SHARDED = [(COMM, [fsdp(2, 1, "300mbit", 8), fsdp(2, 2, "300mbit", 8), fsdp(2, 3, "300mbit", 8),
                    fsdp(2, 1, "500mbit", 16), fsdp(2, 2, "500mbit", 16),
-                   fsdp(2, 3, "500mbit", 16)])]
+                   fsdp(2, 3, "500mbit", 16), fsdp(3, 2, "300mbit", 8),
+                   fsdp(3, 3, "300mbit", 8)])]
 SHARDED_GOAL = {"median_abs_error": 0.05, "max_abs_error": 0.15}
 
 GRID = [
