@@ -18,18 +18,18 @@ after the optimizer step.
 the unit's compute and for the reduce-scatters before the optimizer step; there is no
 second stream for a prefetch to run on, and the cores that would compute also copy the
 buffers in and out (ZeRO-1's broadcasts follow the optimizer step, and DDP's all-reduce
-hides behind backward only as long as backward lasts, a fraction of it on a slow link).
-So the step is the sum of the compute, FSDP2's own work per unit
-(copy-in, copy-out, the sharded optimizer on the local shards) and every collective's
-time (:func:`cpu_step_s`): ``T = R + X``, R the step without its exchange (the ranks
-computing at once on the host's cores), X the step's collectives one after another on
-its link. Moving the same ranks from loopback to a slower link changes only X. On two
-ranks of an AlexNet-like model (8 units, 7.0 MB of fp32 parameters, batch 8) with the
-load average at 2-3 on two cores: loopback steps 74.3 ms (ZeRO-2) and 81.5 ms (ZeRO-3);
-the collectives replayed alone, 35 ms (ZeRO-2) and 51 ms (ZeRO-3) on loopback, 351 ms and
-492 ms on a 300 Mbit/s emulated link; loopback's step less its collectives plus the
-link's gives 390 ms and 522 ms against 387 ms and 519 ms measured in
-``scalelab run --emulate-network 300mbit``.
+hides behind backward only as long as backward lasts, a fraction of it on a slow link). So
+the step is the sum of the compute, FSDP2's own work per unit (copy-in, copy-out, the
+sharded optimizer on the local shards) and every collective's time (:func:`cpu_step_s`):
+``T = R + X`` (less, for ZeRO-1, what of DDP's buckets hides behind backward), R the step
+without its exchange (the ranks computing at once on the host's cores), X the step's
+collectives one after another on its link. Moving the same ranks from loopback to a slower
+link changes only X. On two ranks of an AlexNet-like model (8 units, 7.0 MB of fp32
+parameters, batch 8) with the load average at 2-3 on two cores: loopback steps 74.3 ms
+(ZeRO-2) and 81.5 ms (ZeRO-3); the collectives replayed alone, 35 ms (ZeRO-2) and 51 ms
+(ZeRO-3) on loopback, 351 ms and 492 ms on a 300 Mbit/s emulated link; loopback's step
+less its collectives plus the link's gives 390 ms and 522 ms against 387 ms and 519 ms
+measured in ``scalelab run --emulate-network 300mbit``.
 
 **Gloo's reduce-scatter costs an all-reduce.** ``reduce_scatter_tensor`` on Gloo took an
 all-reduce's time of the same input at every size from 16 Ki to 1 Mi elements per rank,
@@ -42,7 +42,8 @@ The wire model (:func:`collectives_s`) charges each collective ``wire / B`` plus
 steps' latency. On the 300 Mbit/s link Gloo's all-gather of a 2.1 MB shard took 85 ms
 where 2.1 MB / 36.0 MB/s is 58 ms (1.47x; an all-reduce of the same bytes ran at the
 link's rate), so the wire model is a lower bound for all-gathers there; validation times
-the step's collectives on the case's link instead (:mod:`scalelab.experiment.measure`).
+the step's collectives on the case's link instead
+(:mod:`scalelab.experiment.sharded_timing`).
 
 R is timed with every rank training alone on a process group of one, all ranks at once:
 timing the same layout's run on loopback instead (and subtracting its collectives
@@ -135,9 +136,8 @@ def wire_bytes(c: Collective, ranks: int, bytes_per_element: float = 4) -> float
 
     Ring all-gather: each rank receives the other ``N-1`` shards, ``(N-1)/N`` of the whole;
     all-reduce: reduce-scatter + all-gather, ``2 (N-1)/N``; Gloo's reduce-scatter: an
-    all-reduce's ``2 (N-1)/N`` (module docstring); broadcast (Gloo's binomial tree): the
-    root's tensor crosses ``ceil(log2 N)`` links one after another, counted as that many
-    whole tensors on the path. One rank: nothing.
+    all-reduce's ``2 (N-1)/N`` (module docstring); broadcast: the whole tensor, pipelined
+    link by link (:func:`scalelab.theory.zero.zero1_broadcast_s`). One rank: nothing.
     """
     if ranks <= 1:
         return 0.0
@@ -147,19 +147,17 @@ def wire_bytes(c: Collective, ranks: int, bytes_per_element: float = 4) -> float
         return frac * whole
     if c.kind in ("all_reduce", "reduce_scatter"):
         return 2.0 * frac * whole
-    return math.ceil(math.log2(ranks)) * whole
+    return whole
 
 
 def ring_steps(c: Collective, ranks: int) -> int:
-    """Messages in sequence: ring all-gather ``N-1``, all-reduce and Gloo's reduce-scatter
-    ``2 (N-1)``, binomial broadcast ``ceil(log2 N)``."""
+    """Messages in sequence: ring all-gather and pipelined broadcast ``N-1``, all-reduce and
+    Gloo's reduce-scatter ``2 (N-1)``."""
     if ranks <= 1:
         return 0
-    if c.kind == "all_gather":
-        return ranks - 1
     if c.kind in ("all_reduce", "reduce_scatter"):
         return 2 * (ranks - 1)
-    return math.ceil(math.log2(ranks))
+    return ranks - 1
 
 
 def collectives_s(collectives: Sequence[Collective], ranks: int, bandwidth_Bps: float,
