@@ -364,8 +364,10 @@ def layout_exposed_s(layout: str, ddp_exposed_s: float, ddp_allreduce_s: float, 
       ``2 (N-1)/N g Psi / B``, so ``E + p N / (2 g (N-1)) C``.
     - ``zero2``, ``zero3`` (FSDP2): the exchange is :func:`exchange_factor` f times DDP's
       bytes, issued per unit and overlapped with compute by prefetch, taken to hide as
-      DDP's buckets do: ``f E`` (f = 1 and 1.5 when p = g). An assumption, not yet checked
-      against measured sharded runs; :func:`fsdp_step_s` is the finer per-unit model.
+      DDP's buckets do: ``f E`` (f = 1 and 1.5 when p = g). An assumption for GPUs, where
+      the collectives run on their own stream; :func:`fsdp_step_s` is the finer per-unit
+      model. On CPU ranks over Gloo nothing overlaps and Gloo's reduce-scatter costs an
+      all-reduce (measured: :mod:`scalelab.theory.sharded_step`).
     """
     check_layout(layout)
     if min(ddp_exposed_s, ddp_allreduce_s) < 0:
