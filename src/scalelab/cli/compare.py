@@ -62,6 +62,9 @@ def register(subparsers) -> None:
                    help="model-state layout the plan is asked for (as plan --layout); a "
                    "sharded recommendation is trained with --architecture fsdp --zero N "
                    "(default: the plan's own choice)")
+    p.add_argument("--algorithm", default="default", metavar="NAME",
+                   help="computation configuration every timing and run trains in, as "
+                   "`scalelab run --algorithm` takes it (e.g. channels_last)")
     p.add_argument("--no-ablation", action="store_true",
                    help="only the baseline and the recommended configuration")
     p.add_argument("--reuse-profiles", action="store_true",
@@ -149,7 +152,7 @@ def run(args) -> int:
                              batch_sizes=_batch_sizes(args.batch_sizes),
                              one_at_a_time=not args.no_ablation, timeout_s=args.timeout,
                              seed=args.seed, fresh_profiles=not args.reuse_profiles,
-                             data=args.data, layout=args.layout)
+                             data=args.data, layout=args.layout, algorithm=args.algorithm)
     spec = workload_from_args(args)
     if args.plot and not args.plot.lower().endswith(".png"):
         from scalelab.errors import UsageError

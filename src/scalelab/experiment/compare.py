@@ -96,6 +96,8 @@ class CompareOptions:
     layout: str | None = None
     """The model-state layout the plan is asked for (``plan --layout``); None: the plan's
     own choice. A sharded recommendation runs ``--architecture fsdp --zero N``."""
+    algorithm: str = "default"
+    """The computation configuration every timing and run trains in (``run --algorithm``)."""
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) \
@@ -116,6 +118,11 @@ class CompareOptions:
             raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
         if self.profile_steps < 1:
             raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
+        from scalelab.algorithm_names import parse
+
+        if "fp16_autocast" in parse(self.algorithm):  # UsageError for an unknown name
+            raise UsageError(f"--algorithm {self.algorithm}: fp16 trains through loss scaling, "
+                             "which parameter servers and sharded runs do not (bf16_autocast)")
         if self.layout is not None and self.layout not in ("ddp", "zero1", "zero2", "zero3"):
             raise UsageError(f"--layout must be ddp, zero1, zero2 or zero3, got {self.layout!r}")
         if self.data is not None:
@@ -247,7 +254,7 @@ def _options(o: CompareOptions) -> dict[str, Any]:
     return {"steps": o.steps, "warmup_steps": o.warmup_steps, "data": o.data,
             "one_at_a_time": o.one_at_a_time, "batch_sizes": list(o.batch_sizes),
             "fresh_profiles": o.fresh_profiles, "target_efficiency": o.target_efficiency,
-            "layout": o.layout}
+            "layout": o.layout, "algorithm": o.algorithm}
 
 
 def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info,
@@ -279,7 +286,7 @@ def _run_step(spec, ch: Change, o: CompareOptions, meas: Measurements, info,
         batch_size=cfg.batch_size, steps=o.steps, warmup_steps=o.warmup_steps,
         partition=cfg.partition, emulate_network=o.rate, timeout_s=o.timeout_s, seed=o.seed,
         data=o.data, loader_workers=cfg.loader_workers,
-        device="cpu"))  # predicted from CPU compute measured here, so trained on the CPU
+        device="cpu", algorithm=o.algorithm))  # predicted from CPU compute timed here
     got = measured_parts(run)
     data_s = run["steps"].get("data_s")
     got["data_s"] = data_s["median"] if isinstance(data_s, dict) else None
@@ -334,7 +341,8 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     o, w, base = options, options.workers, options.baseline
     if o.rate is not None:
         netem.check_available()
-    meas = Measurements(spec, o.profile_steps, o.link_seconds, o.seed, o.fresh_profiles, say)
+    meas = Measurements(spec, o.profile_steps, o.link_seconds, o.seed, o.fresh_profiles, say,
+                        algorithm=o.algorithm)
     link = meas.link(o.rate)
     if not link["bandwidth_Bps"] > 0:
         raise RunFailure(f"the link probe measured no bandwidth ({link})")
@@ -351,8 +359,8 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
     recommended = _recommended(rec, _servers_for(the_plan, w), base)
     changes, skipped = ablation(base, recommended, o.one_at_a_time)
     io = profile.get("io") if o.data else None
-    notes = [f"algorithm {recommended.algorithm}: scalelab run trains in the default "
-             "computation configuration, so the profile compares no others", input_note(
+    notes = [f"every timing and run trains in --algorithm {o.algorithm}; the profile compares "
+             "no other configuration", input_note(
                  recommended, io, w)]
     steps = []
     for i, ch in enumerate(changes):
