@@ -78,3 +78,36 @@ def test_a_workload_host_time_must_be_positive():
     with pytest.raises(UsageError, match="host_s_per_op"):
         workload_from_dict({"model": "resnet18", "batch_size": 4, "step_s": 0.5,
                             "host_s_per_op": 0})
+
+
+def test_the_host_time_is_fitted_per_machine_where_its_host_sets_steps():
+    """The H200 rows' bf16 steps of small networks sit on their host's floor: the fit finds
+    one host time per operation for that machine, shared by its fp32 and bf16 points, and
+    moves it from the packaged measurement only there (the RTX 3090's large batches never
+    reach their floor)."""
+    from scalelab.hardware.fit import fit
+    from scalelab.hardware.reference import reference
+
+    f = fit()
+    h0 = reference().host_s_per_op
+    h200 = {c: v for (d, c), v in f.devices.items() if d == "H200"}
+    assert h200["half"].host_bound >= 1 and h200["half"].host_s_per_op > h0
+    assert h200["tf32"].host_s_per_op == h200["half"].host_s_per_op
+    h, where = f.host_s_per_op("H200")
+    assert h == h200["half"].host_s_per_op and "fitted to H200" in where
+    assert f.host_s_per_op("RTX-3090")[0] == h0
+    assert all(v.host_bound == 0 for (d, _), v in f.devices.items() if d == "RTX-3090")
+
+
+def test_the_plan_takes_the_target_hosts_fitted_time_when_none_is_measured():
+    from scalelab.hardware.fit import fit
+
+    inp = workload_from_dict({"model": "resnet18", "batch_size": 4, "step_s": 0.5,
+                              "device": "cpu"})
+    c = Cluster(nodes=1, gpus_per_node=1, device="H200", network="100GbE",
+                architecture="allreduce")
+    tc = target_compute(inp, 0.5, 4, c, PlanOptions(precision="bf16"))
+    h = fit().host_s_per_op("H200")[0]
+    assert tc.host_bound
+    assert tc.compute_s == pytest.approx(step_ops("resnet18", 4).host_ops("bf16") * h)
+    assert any(f"{h * 1e6:.3g} us, fitted to H200's reference points" in r for r in tc.reasons)

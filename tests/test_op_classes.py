@@ -77,3 +77,26 @@ def test_fit_beyond_resnet50_has_half_precision_class_factors():
     assert "attention" not in half  # no point runs attention kernels: its factor stays 1
     assert f.class_factors("V100-SXM2-16GB", "fp32") == {}
     assert fit(classes=False).factors == {}
+
+
+def test_fp32_unit_operations_take_the_fp32_units_fraction():
+    """In PyTorch's default fp32 on an H200 the matrix products run on the FP32 units while
+    the convolutions use TF32 tensor cores: the products take the device's fraction on FP32
+    units (borrowed from the GPUs fitted there), not the TF32 class's."""
+    h200 = hardware.device("H200")
+    vit = step_ops("vit_b_16", 4)
+    fp32, tf32 = roofline_ops(vit, h200, "fp32"), roofline_ops(vit, h200, "tf32")
+    assert {r.units for o, r in zip(vit.ops, fp32) if o.op_class == "matmul"} == {"cuda-core"}
+    assert all(r.units == "" for r in tf32 if r.op_class == "matmul")
+    assert all(r.units == "" for r in fp32 if r.op_class == "conv")
+    v100 = hardware.device("V100-SXM2-16GB")  # all on FP32 units: nothing "other"
+    assert all(r.units == "" for r in roofline_ops(vit, v100, "fp32"))
+    f = fit()
+    e_u = f.unit_fraction("H200", "fp32")
+    assert e_u == f.class_fractions("H200", "cuda-core").e_c != f.fractions("H200", "fp32").e_c
+    assert f.unit_fraction("V100-SXM2-16GB", "fp32") == 1.0
+    ops = [RooflineOp(1e12, 1e6, 67e12, 1, "matmul", "cuda-core")]
+    step = roofline_step(ops, 4.8e12, 0.3, 0.3, unit_e_c={"cuda-core": 0.75})
+    assert step.step_s == pytest.approx(1e12 / (67e12 * 0.75))
+    with pytest.raises(ValueError, match="units"):
+        roofline_step(ops, 4.8e12, 0.3, 0.3)

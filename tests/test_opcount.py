@@ -84,3 +84,29 @@ def test_larger_batches_derived_exactly_from_two_traces():
     derived = step_ops(spec, 24)
     traced = opcount._trace(spec.model, spec.input_shape, spec.num_classes, spec.optimizer, 24)
     assert derived.ops == traced.ops and derived.batch_size == 24
+
+
+def test_attention_is_the_fused_kernel_a_gpu_runs():
+    """vit_b_16's attention: one memory-efficient attention op forward and one backward per
+    layer (a GPU's SDPA never writes the scores), no softmax or batched products left over."""
+    s = step_ops(WorkloadSpec("vit_b_16"), 2)
+    fwd = [o for o in s.ops if o.name == "_scaled_dot_product_efficient_attention"]
+    bwd = [o for o in s.ops if o.name == "_scaled_dot_product_efficient_attention_backward"]
+    assert len(fwd) == len(bwd) == 12
+    assert all(o.op_class == "attention" and o.tensor_core for o in fwd + bwd)
+    assert not any(o.name in ("_softmax", "_safe_softmax", "bmm") for o in s.ops)
+    # Q, K, V and the output (2 x 12 heads x 197 tokens x 64 at fp32) and the log-sum-exp,
+    # far below the 2 x 12 x 197 x 197 scores the math path writes and reads
+    qkvo = 4 * 4 * 2 * 12 * 197 * 64
+    assert qkvo <= fwd[0].bytes_fp32 < qkvo + 4 * 2 * 12 * 197 * 197
+    # 4 b h s^2 d FLOPs forward (two products), 2.5x that backward
+    assert fwd[0].flops == pytest.approx(4 * 2 * 12 * 197 * 197 * 64)
+    assert bwd[0].flops == pytest.approx(2.5 * fwd[0].flops)
+    assert not any(o.name.startswith(("empty", "new_empty")) for o in s.ops)
+    assert torch_sdpa_restored()
+
+
+def torch_sdpa_restored() -> bool:
+    import torch
+
+    return torch.nn.functional.scaled_dot_product_attention is opcount._SDPA

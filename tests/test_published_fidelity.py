@@ -208,7 +208,9 @@ def test_leave_one_model_out_predicts_each_model_from_a_fit_without_it():
     r = next(r for r in results if r.point.model == "mobilenet_v2")
     f = fit(tuple(p for p in pts if p.model != "mobilenet_v2"))
     fr = f.fractions("RTX-3090", "fp16")
-    expected = float(point_curve(r.point, f.factor_key("RTX-3090", "fp16"))(fr.e_c, fr.e_m))
+    expected = float(point_curve(r.point, f.factor_key("RTX-3090", "fp16"),
+                                 f.unit_fraction("RTX-3090", "fp16"),
+                                 f.host_s_per_op("RTX-3090")[0])(fr.e_c, fr.e_m))
     assert r.predicted_step_s == pytest.approx(expected)
     assert r.error == pytest.approx(expected / r.point.step_s - 1)
     med, worst = fidelity.error_summary([r.error for r in results])

@@ -16,6 +16,16 @@ operation. For each operation:
 - ``tensor_core``: True for the matrix products and convolutions, the operations a TF32,
   FP16 or BF16 tensor-core path runs; the roofline uses that precision's peak for them and
   the FP32 peak for the rest.
+- Attention: on a GPU, ``scaled_dot_product_attention`` runs as one fused kernel (flash
+  attention in fp16/bf16, memory-efficient attention in fp32, both on sm80 and later; the
+  order PyTorch's SDPA dispatcher tries), which never writes the score matrix to memory.
+  On meta tensors the dispatcher would pick the math path (two batched products, a
+  softmax, their backward: every score read and written), so the trace runs the
+  memory-efficient kernel's ATen operation and its backward instead
+  (:func:`_fused_attention`): their FLOPs are the registry's, their bytes Q, K, V, the
+  output and their gradients.
+- Allocations (``empty``, ``new_empty_strided`` ...) launch no kernel and move no bytes:
+  left out.
 
 The optimizer step is not run (its cost does not depend on the data): SGD with momentum
 reads the parameter, its gradient and the momentum buffer and writes the buffer and the
@@ -33,6 +43,7 @@ in execution order.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import lru_cache
 
 import torch
@@ -55,6 +66,7 @@ _TENSOR_CORE_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution
                     "_scaled_dot_product_efficient_attention_backward",
                     "_scaled_dot_product_flash_attention_backward"}
 _CAST_MODULES = (torch.nn.modules.conv._ConvNd, torch.nn.Linear, torch.nn.MultiheadAttention)
+_ALLOC_OPS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 _VIEW_OPS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "detach", "alias",
              "as_strided", "slice", "select", "unsqueeze", "squeeze", "reshape", "_reshape_alias",
              "split", "split_with_sizes", "unbind", "chunk", "narrow", "lift_fresh", "unfold"}
@@ -88,7 +100,7 @@ class _Recorder(TorchDispatchMode):
         out = func(*args, **kwargs)
         packet = func._overloadpacket
         name = packet.__name__
-        if name in _VIEW_OPS:
+        if name in _VIEW_OPS or name in _ALLOC_OPS:
             return out
         flops = 0.0
         formula = flop_registry.get(packet)
@@ -103,6 +115,34 @@ class _Recorder(TorchDispatchMode):
             self.ops.append(OpCost(name, self.phase, flops, float(nbytes),
                                    name in _TENSOR_CORE_OPS, 1, op_class(name, args)))
         return out
+
+
+def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                scale=None, enable_gqa=False):
+    """``scaled_dot_product_attention`` as the fused kernel a GPU runs (see the module):
+    ``aten._scaled_dot_product_efficient_attention``, whose meta kernel and backward the
+    dispatch recorder then sees. A boolean mask or grouped-query attention goes to
+    PyTorch's own function (the memory-efficient kernel takes neither as such)."""
+    if enable_gqa or (attn_mask is not None and attn_mask.dtype == torch.bool):
+        return _SDPA(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                     is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        query, key, value, attn_mask, True, float(dropout_p), bool(is_causal),
+        scale=scale)[0]
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+@contextmanager
+def _fused_attention():
+    """``torch.nn.functional.scaled_dot_product_attention`` is :func:`_fused_sdpa` inside
+    (``nn.MultiheadAttention`` reaches it through that name), PyTorch's own again after."""
+    torch.nn.functional.scaled_dot_product_attention = _fused_sdpa
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = _SDPA
 
 
 def _optimizer_op(spec: WorkloadSpec, params: list[torch.Tensor]) -> OpCost:
@@ -137,7 +177,9 @@ def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer
         x = torch.empty((batch_size, *spec.input_shape))
         y = torch.zeros(batch_size, dtype=torch.long)
     params = [p for p in net.parameters() if p.requires_grad]
-    ops = (*record_step(spec, net, x, y), _optimizer_op(spec, params))
+    with _fused_attention():
+        step = record_step(spec, net, x, y)
+    ops = (*step, _optimizer_op(spec, params))
     casts = sum(1 for m in net.modules() if isinstance(m, _CAST_MODULES)
                 for p in m.parameters(recurse=False) if p.requires_grad)
     return StepOps(model, tuple(input_shape), num_classes, optimizer, batch_size,

@@ -80,7 +80,8 @@ def device_roofline(ops: StepOps, device: str, precision: str,
     fr = f.fractions(dev.name, precision, source)
     return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
                          fr.e_c, fr.e_m, reference().launch_s,
-                         f.class_factors(dev.name, precision))
+                         f.class_factors(dev.name, precision),
+                         {"cuda-core": f.unit_fraction(dev.name, precision)})
 
 
 def _gpu(name: str | None) -> hardware.Device | None:

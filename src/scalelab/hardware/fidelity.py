@@ -27,7 +27,6 @@ from scalelab.hardware.estimate import estimate_step
 from scalelab.hardware.fit import (
     fit,
     fit_class,
-    point_curve,
     precision_class,
     twin_key,
 )
@@ -115,7 +114,7 @@ def leave_one_model_out(points: Sequence[RefPoint] | None = None) -> list[ModelR
             if p.model != model or (p.device, fit_class(p.device, p.precision)) not in seen:
                 continue
             fr = f.fractions(p.device, p.precision)
-            curve = point_curve(p, f.factor_key(p.device, p.precision))
+            curve = f.curve(p)
             step = float(curve(fr.e_c, fr.e_m))
             out.append(ModelResult(p, step, step <= curve.floor_s * (1 + 1e-12)))
     return out

@@ -32,6 +32,21 @@ instance, carries the 2016 ratio of Kepler to Pascal to a 2017 TensorFlow P100, 
 2016 fraction). A source of the borrowed generation, or no group with both, leaves the
 plain rule.
 
+Units. A step's operations that run on other units than its convolutions (matrix products
+in PyTorch's default fp32 on a TF32 device, depthwise convolutions) take the device's
+fraction on those units, e_u (:meth:`Fit.unit_fraction`): its "cuda-core" fraction, own
+or borrowed by the rules above. The "cuda-core" class is therefore fitted first in each
+round, and the other classes with its fractions (the H200's FP32 matrix products take the
+Turing cards' fraction of the FP32 peak, the nearest generation fitted on those units).
+
+The host. A point's step is R_p floored at N_p x h (:func:`scalelab.theory.roofline.
+host_step_s`), with h one machine's time to issue an operation. h is fitted per device,
+shared by its classes (:func:`_fit_machine`): a grid from 0.5 to 4 times the packaged
+measurement h0, each value's loss the sum of the classes' best fits plus a pull toward h0;
+where no point could sit on the floor even at 4 h0 with the fractions at 1, h stays h0.
+So h moves only where the device's own points show their host setting the step, and it is
+fitted to those fitted rows alone.
+
 Error bands from leave-one-out predictions: :mod:`scalelab.hardware.bands`.
 """
 
@@ -39,161 +54,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from scalelab import hardware
+from scalelab.hardware.curve import (  # noqa: F401 - the fit's public names, re-exported
+    FIT_CLASSES,
+    _Curve,
+    compute_peaks,
+    fit_class,
+    point_curve,
+    precision_class,
+    roofline_ops,
+    twin_key,
+)
 from scalelab.hardware.reference import RefPoint, reference
-from scalelab.opclasses import AUTOCAST_FP32_OPS, OP_CLASSES
-from scalelab.theory.roofline import RooflineOp
-
-if TYPE_CHECKING:  # opcount imports torch; the fit reads counted operations only
-    from scalelab.opcount import StepOps
+from scalelab.theory.roofline import host_step_s
 
 _GRID = np.logspace(math.log10(0.005), 0.0, 121)
 _LAMBDA = 0.02
 _ROUNDS = 4
-_HALF = ("fp16", "bf16")
-
-
-def compute_peaks(device: hardware.Device, precision: str) -> tuple[float, float, float]:
-    """(convolution peak, matrix-product peak, other-ops peak) in FLOP/s at ``precision``.
-
-    PyTorch's defaults: ``torch.backends.cudnn.allow_tf32`` is True, so convolutions run in
-    TF32 on devices that have it, while ``torch.backends.cuda.matmul.allow_tf32`` is False,
-    so matrix products stay FP32 ("fp32"); "tf32" sets both; "fp16"/"bf16" is autocast,
-    with tensor-core operations at that precision's peak. A precision the device lacks falls
-    back to its FP32 peak (how the framework would run it).
-    """
-    fp32 = device.peak_flops("fp32")
-    if fp32 is None or device.memory_bandwidth_Bps is None:
-        raise ValueError(f"{device.name}: its FP32 peak or memory bandwidth is unknown, so "
-                         "its step time cannot be estimated (profile on it instead)")
-    tf32 = device.peak_flops("tf32") or fp32
-    if precision == "fp32":
-        return tf32, fp32, fp32
-    if precision == "tf32":
-        return tf32, tf32, fp32
-    half = device.peak_flops(precision) or fp32
-    return half, half, fp32
-
-
-def roofline_ops(ops: StepOps, device: hardware.Device, precision: str) -> list[RooflineOp]:
-    """The step's operations, each at the precision the configuration gives it.
-
-    Peaks (:func:`compute_peaks`): dense convolutions at the convolution peak (TF32 by
-    default where the device has it), matrix products and attention at the matrix-product
-    peak (FP32 unless TF32 or autocast is asked), grouped and depthwise convolutions on the
-    FP32 units (their kernels do not use tensor cores), everything else FP32. Bytes: under
-    autocast (fp16/bf16) activations and their gradients are half-size, so an operation
-    moves half its fp32 bytes, except the operations autocast keeps in fp32
-    (:data:`scalelab.opcount.AUTOCAST_FP32_OPS`: layer and group norm, softmax, the losses)
-    and the optimizer (fp32 parameters and state).
-    """
-    conv, mm, other = compute_peaks(device, precision)
-    peaks = {"conv": conv, "matmul": mm, "attention": mm}
-    out = []
-    for o in ops.ops:
-        full = o.phase == "optimizer" or o.name in AUTOCAST_FP32_OPS
-        scale = 0.5 if precision in _HALF and not full else 1.0
-        peak = peaks.get(o.op_class, mm if o.tensor_core and o.op_class == "elementwise"
-                         else other)
-        out.append(RooflineOp(o.flops, o.bytes_fp32 * scale, peak, o.kernels, o.op_class))
-    return out
-
-
-class _Curve:
-    """R(e_c, e_m) of one step on one device, evaluated fast on arrays of fractions.
-
-    With a_i = F_i/(P_i k_c) and b_i = B_i/(W k_m) (k: the op's class factors), op i is
-    compute-bound iff a_i/b_i > e_c/e_m; sorted by that ratio, R = (sum of a over the
-    compute-bound ops)/e_c + (sum of b over the rest)/e_m, floored at the step's floor
-    (kernels x launch_s, or the host's operations x its time per operation, the larger).
-    The fractions are not capped at 1 after the class factors here.
-    """
-
-    def __init__(self, a: np.ndarray, b: np.ndarray, floor_s: float):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(b > 0, a / np.where(b > 0, b, 1.0), np.inf)
-        order = np.argsort(r, kind="stable")
-        self.r = r[order]
-        self.a_cum = np.concatenate([[0.0], np.cumsum(a[order])])
-        self.b_cum = np.concatenate([[0.0], np.cumsum(b[order])])
-        self.floor_s = floor_s
-
-    def __call__(self, e_c, e_m):
-        e_c, e_m = np.asarray(e_c, float), np.asarray(e_m, float)
-        idx = np.searchsorted(self.r, e_c / e_m, side="right")
-        t = (self.a_cum[-1] - self.a_cum[idx]) / e_c + self.b_cum[idx] / e_m
-        return np.maximum(t, self.floor_s)
-
-
-@lru_cache(maxsize=1024)
-def _raw(p: RefPoint):
-    """(a_i, b_i, class index_i, floor_s) of point ``p``'s operations on its device."""
-    dev = hardware.device(p.device)
-    ops = p.ops()
-    rops = roofline_ops(ops, dev, p.precision)
-    a = np.array([o.flops / o.peak_flops for o in rops])
-    b = np.array([o.nbytes / dev.memory_bandwidth_Bps for o in rops])
-    cls = np.array([OP_CLASSES.index(o.op_class) for o in rops])
-    ref = reference()
-    floor = max(sum(o.kernels for o in rops) * ref.launch_s,
-                ops.host_ops(p.precision) * ref.host_s_per_op)
-    return a, b, cls, floor
-
-
-def _factor_arrays(factors) -> tuple[np.ndarray, np.ndarray]:
-    kc = np.ones(len(OP_CLASSES))
-    km = np.ones(len(OP_CLASSES))
-    for name, c, m in factors:
-        kc[OP_CLASSES.index(name)], km[OP_CLASSES.index(name)] = c, m
-    return kc, km
-
-
-@lru_cache(maxsize=8192)
-def _curve(p: RefPoint, factors: tuple = ()) -> _Curve:
-    a, b, cls, floor = _raw(p)
-    kc, km = _factor_arrays(factors)
-    return _Curve(a / kc[cls], b / km[cls], floor)
-
-
-def point_curve(p: RefPoint, factors: tuple = ()) -> _Curve:
-    """The point's curve R(e_c, e_m) with class factors ``((class, k_c, k_m), ...)``."""
-    return _curve(p, factors)
-
-
-def precision_class(precision: str) -> str:
-    """"full" (fp32, tf32) or "half" (fp16, bf16 autocast): fractions are fitted per class."""
-    return "half" if precision in _HALF else "full"
-
-
-FIT_CLASSES = ("cuda-core", "tf32", "half")
-
-
-def fit_class(device: str, precision: str) -> str:
-    """Which units run the step's convolutions: fractions are fitted per such class.
-
-    "half": autocast on a device with tensor cores at that precision; "tf32": fp32/tf32 on a
-    device with TF32 tensor cores (PyTorch runs convolutions in TF32 by default); otherwise
-    "cuda-core": plain FP32 units (V100 in fp32, P100, K80). The same code reaches different
-    fractions of the peak on different units, so each class has its own pooled fractions.
-    """
-    dev = hardware.device(device)
-    if precision in _HALF and dev.peak_flops(precision) is not None:
-        return "half"
-    if dev.peak_flops("tf32") is not None and precision in ("fp32", "tf32"):
-        return "tf32"
-    return "cuda-core"
-
-
-def twin_key(device: hardware.Device) -> tuple:
-    """What identifies the silicon and clocks: the peaks and the memory bandwidth."""
-    return (device.fp32_tflops, device.tf32_tflops, device.fp16_tflops, device.bf16_tflops,
-            device.memory_bandwidth_Bps)
 
 
 @dataclass(frozen=True)
@@ -202,6 +84,8 @@ class DeviceFit:
     e_m: float
     points: int  # reference points the fractions were fitted to (0: borrowed or pooled)
     fitted_on: str = ""  # the device(s) whose points they come from ("" for pooled)
+    host_s_per_op: float = 0.0  # the host time per operation fitted with them (0: none)
+    host_bound: int = 0  # of the points, those the fitted host time sets
 
 
 @dataclass(frozen=True)
@@ -233,6 +117,39 @@ class Fit:
                 return name, v
         return None
 
+    def unit_fraction(self, device: str, precision: str) -> float:
+        """e_u: the compute fraction ``device`` reaches on its FP32 units, for the operations
+        that run there while the step's convolutions use tensor cores (see
+        :func:`roofline_ops`): its fractions in the "cuda-core" class, own or borrowed by
+        the same rules as :meth:`fractions`. 1.0 (unused) in that class itself."""
+        if fit_class(device, precision) == "cuda-core":
+            return 1.0
+        # as the fit took it, by generation even in a view without (the bands' left-out fits)
+        f = self if self.by_generation else replace(self, by_generation=True)
+        return f.class_fractions(device, "cuda-core").e_c
+
+    def host_s_per_op(self, device: str) -> tuple[float, str]:
+        """(the host's time per operation for steps on ``device``, where it comes from).
+
+        Fitted with the device's fractions where its own points show their host setting the
+        step (the class with the most such points, :func:`_fit_device`); else the packaged
+        measurement (``reference.toml`` [host])."""
+        own = [(v.host_bound, name, c, v) for (name, c), v in sorted(self.devices.items())
+               if name == device and v.host_bound]
+        if own:
+            n, name, c, v = max(own, key=lambda t: t[0])
+            return v.host_s_per_op, (f"fitted to {name}'s reference points ({c} class: "
+                                     f"{v.points} points, {n} set by their host)")
+        ref = reference()
+        return ref.host_s_per_op, f"scalelab's packaged measurement ({ref.host_source})"
+
+    def curve(self, p: RefPoint) -> _Curve:
+        """Point ``p``'s curve R(e_c, e_m) under this fit: its classes' factors, its FP32
+        units' fraction and its device's host time per operation."""
+        return point_curve(p, self.factor_key(p.device, p.precision),
+                           self.unit_fraction(p.device, p.precision),
+                           self.host_s_per_op(p.device)[0])
+
     def fractions(self, device: str, precision: str,
                   source: tuple[str, str] | None = None) -> DeviceFit:
         """The device's own fractions; else those of a device with the same peaks and
@@ -242,7 +159,11 @@ class Fit:
         the pooled ones. With ``source`` (device, precision) of the measurement carried
         over, a borrowed generation's fractions are taken relative to the source's (see
         the module's docstring)."""
-        cls = fit_class(device, precision)
+        return self.class_fractions(device, fit_class(device, precision), source)
+
+    def class_fractions(self, device: str, cls: str,
+                        source: tuple[str, str] | None = None) -> DeviceFit:
+        """:meth:`fractions` of ``device`` in fit class ``cls``."""
         own = self._own(device, cls)
         if own is not None:
             return own[1]
@@ -302,16 +223,67 @@ class Fit:
         return by_distance[min(by_distance)] if by_distance else []
 
 
-def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float],
-                factors: tuple = ()) -> tuple[float, float, float]:
-    """(e_c, e_m, loss) of one device's points with the classes' ``factors``."""
-    ec, em = np.meshgrid(_GRID, _GRID, indexing="ij")
-    loss = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
-                      + (np.log(em) - math.log(prior[1])) ** 2)
+# The host's time per operation h is fitted with a device's fractions, on a grid around the
+# packaged measurement h0 (0.5 h0 to 4 h0), pulled toward h0 by _LAMBDA_H (ln h/h0)^2: it
+# moves only where points sit on the host's floor N h (their steps would be shorter than
+# the roofline can explain otherwise). Where no point could reach the floor even at the grid's
+# largest h with the fractions at 1, h stays h0 and the search is skipped.
+_HOST_GRID = 2.0 ** (np.arange(-4, 9) / 4.0)
+_LAMBDA_H = 0.02
+
+
+def _host_grid(points: Sequence[RefPoint], factors: tuple, e_u: float) -> np.ndarray:
+    """The host times per operation worth trying for ``points``: the grid around h0 when
+    some point could sit on its host's floor, else h0 alone."""
+    h0 = reference().host_s_per_op
     for p in points:
-        loss = loss + (np.log(point_curve(p, factors)(ec, em)) - math.log(p.step_s)) ** 2
-    i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
-    return float(_GRID[i]), float(_GRID[j]), float(loss[i, j])
+        c = point_curve(p, factors, e_u, h0)
+        if h0 > 0 and host_step_s(c.host_ops, h0 * _HOST_GRID[-1]) > float(c.device_s(1, 1)):
+            return h0 * _HOST_GRID
+    return np.array([h0])
+
+
+def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors: tuple = (),
+                e_u: float = 1.0, hosts: Sequence[float] | None = None) -> list[tuple]:
+    """[(e_c, e_m, loss, h)] of one device's points with the classes' ``factors`` and the
+    FP32 units' fraction ``e_u``, for each host time per operation h in ``hosts`` (default
+    :func:`_host_grid`); the loss includes h's pull toward h0."""
+    ec, em = np.meshgrid(_GRID, _GRID, indexing="ij")
+    base = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
+                      + (np.log(em) - math.log(prior[1])) ** 2)
+    h0 = reference().host_s_per_op
+    hosts = _host_grid(points, factors, e_u) if hosts is None else hosts
+    curves = [point_curve(p, factors, e_u, h0) for p in points]
+    device = [c.device_s(ec, em) for c in curves]
+    out = []
+    for h in hosts:
+        loss = base + (_LAMBDA_H * math.log(h / h0) ** 2 if h0 > 0 else 0.0)
+        for p, c, d in zip(points, curves, device):
+            floor = max(c.launch_floor_s, host_step_s(c.host_ops, h))
+            loss = loss + (np.log(np.maximum(d, floor)) - math.log(p.step_s)) ** 2
+        i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
+        out.append((float(_GRID[i]), float(_GRID[j]), float(loss[i, j]), float(h)))
+    return out
+
+
+def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict) -> dict:
+    """(e_c, e_m, loss, h, points h sets) per (device, class) of ``groups``, one host time h
+    per device shared by its classes (one machine issues its steps whatever the precision):
+    the h of the grid with the least summed loss."""
+    out = {}
+    for device in sorted({d for d, _ in groups}):
+        mine = {k: ps for k, ps in groups.items() if k[0] == device}
+        args = {k: (factors.get(k[1], ()), e_u.get(device, 1.0)) for k in mine}
+        hosts = np.unique(np.concatenate([_host_grid(ps, *args[k]) for k, ps in mine.items()]))
+        fits = {k: _fit_device(ps, priors[k[1]], *args[k], hosts) for k, ps in mine.items()}
+        best = min(range(len(hosts)), key=lambda i: sum(f[i][2] for f in fits.values()))
+        for k, f in fits.items():
+            e_c, e_m, loss, h = f[best]
+            curves = [point_curve(p, *args[k], h) for p in mine[k]]
+            bound = sum(1 for c in curves if c.floor_s > c.launch_floor_s
+                        and c.floor_s >= float(c.device_s(e_c, e_m)))
+            out[k] = (e_c, e_m, loss, h, bound)
+    return out
 
 
 # Operation-class factors fitted (k_c: compute-bound kernels, k_m: memory-bound ones); dense
@@ -332,7 +304,7 @@ def _with(factors: tuple, name: str, which: int, value: float) -> tuple:
     return tuple(sorted((c, v[0], v[1]) for c, v in d.items() if v != [1.0, 1.0]))
 
 
-def _fit_factors(groups: dict, priors: dict, cls: str) -> tuple:
+def _fit_factors(groups: dict, priors: dict, cls: str, e_u: dict) -> tuple:
     """Coordinate search of the operation classes' factors of fit class ``cls``: each
     factor in turn takes the grid value that minimizes the summed loss of the devices'
     fits plus ``_LAMBDA_K (ln k)^2`` per factor (so a factor only moves from 1 when the
@@ -343,7 +315,8 @@ def _fit_factors(groups: dict, priors: dict, cls: str) -> tuple:
 
     def loss(factors):
         prior = _LAMBDA_K * sum(math.log(kc) ** 2 + math.log(km) ** 2 for _, kc, km in factors)
-        return prior + sum(_fit_device(ps, priors[cls], factors)[2] for ps in mine.values())
+        fitted = _fit_machine(mine, priors, {cls: factors}, e_u)
+        return prior + sum(v[2] for v in fitted.values())
 
     factors: tuple = ()
     best = loss(factors)
@@ -384,15 +357,25 @@ def _fit_cached(points: tuple[RefPoint, ...], classes: bool = True,
         groups.setdefault((p.device, fit_class(p.device, p.precision)), []).append(p)
     priors = {c: (0.5, 0.5) for c in FIT_CLASSES}
     factors: dict[str, tuple] = dict(given or ())
-    fitted: dict[tuple[str, str], tuple[float, float, float]] = {}
+    fitted: dict[tuple[str, str], tuple] = {}
     for r in range(_ROUNDS):
+        # plain FP32 units first: the other classes' FP32-unit operations take their fraction
+        fitted = _fit_machine({k: ps for k, ps in groups.items() if k[1] == "cuda-core"},
+                              priors, factors, {})
+        plain = _assemble(fitted, groups, priors, factors)
+        e_u = {d: plain.class_fractions(d, "cuda-core").e_c for d, _ in groups}
         if classes and given is None and r == 1:  # once the priors have settled
-            factors = {c: _fit_factors(groups, priors, c) for c in FACTOR_FIT_CLASSES}
-        fitted = {k: _fit_device(ps, priors[k[1]], factors.get(k[1], ()))
-                  for k, ps in sorted(groups.items())}
+            factors = {c: _fit_factors(groups, priors, c, e_u) for c in FACTOR_FIT_CLASSES}
+        fitted.update(_fit_machine({k: ps for k, ps in groups.items() if k[1] != "cuda-core"},
+                                   priors, factors, e_u))
         priors = {c: _geomean([v[:2] for k, v in fitted.items() if k[1] == c], priors[c])
                   for c in priors}
-    devices = {k: DeviceFit(v[0], v[1], len(groups[k]), k[0]) for k, v in fitted.items()}
+    return _assemble(fitted, groups, priors, factors)
+
+
+def _assemble(fitted: dict, groups: dict, priors: dict, factors: dict) -> Fit:
+    devices = {k: DeviceFit(v[0], v[1], len(groups[k]), k[0], v[3], v[4])
+               for k, v in fitted.items()}
     return Fit(devices, {c: DeviceFit(*v, 0) for c, v in priors.items()},
                groups={k: frozenset(p.group for p in ps) for k, ps in groups.items()},
                factors={c: f for c, f in factors.items() if f})
@@ -401,4 +384,4 @@ def _fit_cached(points: tuple[RefPoint, ...], classes: bool = True,
 def predict_step_s(p: RefPoint, f: Fit) -> float:
     """Absolute roofline step time of point ``p``'s workload on its device under ``f``."""
     fr = f.fractions(p.device, p.precision)
-    return float(point_curve(p, f.factor_key(p.device, p.precision))(fr.e_c, fr.e_m))
+    return float(f.curve(p)(fr.e_c, fr.e_m))

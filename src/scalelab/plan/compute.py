@@ -97,17 +97,19 @@ def host_s_per_op(inp: PlanInput, target: hardware.Device) -> tuple[float, str]:
     """(the target host's seconds per issued operation, the assumption stated in the plan).
 
     Measured where the profile ran (a profile's ``host.s_per_op``, a workload file's
-    ``host_s_per_op``), else the packaged measurement (``reference.toml`` [host]); carried
-    to the target's host unchanged, which is an assumption: a faster host issues faster.
+    ``host_s_per_op``); else the one fitted to the target device's reference points where
+    their host set some of their steps (:meth:`scalelab.hardware.fit.Fit.host_s_per_op`:
+    the host those rows were measured on); else the packaged measurement
+    (``reference.toml`` [host]). Carried to the target's host unchanged, which is an
+    assumption: a faster host issues faster.
     """
-    from scalelab.hardware.reference import reference
-
     if inp.host_s_per_op:
         h = inp.host_s_per_op
         where = f"as measured where the step was ({inp.device or 'the source'})"
     else:
-        ref = reference()
-        h, where = ref.host_s_per_op, f"scalelab's packaged measurement ({ref.host_source})"
+        from scalelab.opcache import fit_and_bands
+
+        h, where = fit_and_bands()[0].host_s_per_op(target.name)
     return h, (f"assumption: {target.name}'s host issues one operation of the step in "
                f"{h * 1e6:.3g} us, {where}; the step is at least its operations x that")
 

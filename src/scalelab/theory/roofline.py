@@ -51,6 +51,18 @@ element-wise, pooling, optimizer) and the class scales the device's fractions:
 
 with (k_c, k_m) per class and precision class (1 for a class not given).
 
+Units. The fraction e_c belongs to the units the step's main operations run on (TF32 tensor
+cores for PyTorch's default convolutions on an A100 or H200, FP16/BF16 tensor cores under
+autocast, the FP32 units on a V100 in fp32). An operation the framework runs on other units
+(a matrix product in plain FP32 beside TF32 convolutions: ``torch.backends.cuda.matmul.
+allow_tf32`` is off by default) reaches the fraction of *those* units, e_u, not e_c: an
+SGEMM and a TF32 convolution are different kernels on different silicon. Such an op carries
+its units' name and takes
+
+    t_op = max(F / (P * min(1, e_u k_c)), B / (W * min(1, e_m k_m)))
+
+with P the peak of its units (the FP32 peak) and e_u that device's fraction on them.
+
 Assumptions: one stream (no two kernels overlap), no caching of operands across operations
 (each operation reads its inputs from memory), e_c and e_m a device's at a precision, and
 the class factors the same on every device (they are fitted to measured steps of many
@@ -72,6 +84,7 @@ class RooflineOp:
     peak_flops: float  # FLOP/s of the units that run it, at its precision
     kernels: int = 1
     op_class: str = ""  # its operation class ("" : none, factors 1)
+    units: str = ""  # units other than the step's that run it ("": the step's own, e_c)
 
     def __post_init__(self):
         if self.flops < 0 or self.nbytes < 0:
@@ -131,18 +144,25 @@ def step_with_host_s(device_s: float, host_s: float) -> float:
 
 def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e_m: float,
                   launch_s: float = 0.0,
-                  class_factors: Mapping[str, tuple[float, float]] | None = None
-                  ) -> RooflineStep:
-    """T_step = max(sum_ops max(F/(P min(1, e_c k_c)), B/(W min(1, e_m k_m))), K launch_s),
-    with (k_c, k_m) = ``class_factors[op.op_class]`` (1, 1 when absent)."""
+                  class_factors: Mapping[str, tuple[float, float]] | None = None,
+                  unit_e_c: Mapping[str, float] | None = None) -> RooflineStep:
+    """T_step = max(sum_ops max(F/(P min(1, e k_c)), B/(W min(1, e_m k_m))), K launch_s),
+    with (k_c, k_m) = ``class_factors[op.op_class]`` (1, 1 when absent) and e = e_c, or
+    ``unit_e_c[op.units]`` for an op on other units (see the module)."""
     _check_fraction("e_c", e_c)
     _check_fraction("e_m", e_m)
     factors = class_factors or {}
+    units = unit_e_c or {}
+    for name, value in units.items():
+        _check_fraction(f"e_c of {name}", value)
     compute_s = memory_s = 0.0
     kernels = 0
     for op in ops:
         kc, km = factors.get(op.op_class, (1.0, 1.0))
-        ec, em = min(1.0, e_c * kc), min(1.0, e_m * km)
+        if op.units and op.units not in units:
+            raise ValueError(f"no compute fraction given for units {op.units!r}")
+        e = units[op.units] if op.units else e_c
+        ec, em = min(1.0, e * kc), min(1.0, e_m * km)
         tc = op.flops / (op.peak_flops * ec) if op.flops else 0.0
         t = op_time_s(op.flops, op.nbytes, op.peak_flops, bandwidth_Bps, ec, em)
         if tc >= t and op.flops:
