@@ -124,7 +124,8 @@ def run_fit(args) -> int:
 
     (f, b), ref = fit_and_bands(), reference()
     rows = [{"device": d, "units": c, "e_c": v.e_c, "e_m": v.e_m, "points": v.points,
-             "band": b.seen[c]} for (d, c), v in sorted(f.devices.items())]
+             "band": b.seen[c], "host_s_per_op": v.host_s_per_op, "host_bound": v.host_bound}
+            for (d, c), v in sorted(f.devices.items())]
     pooled = [{"units": c, "e_c": v.e_c, "e_m": v.e_m, "band_unseen": b.unseen.get(c)}
               for c, v in sorted(f.pooled.items())]
     if args.json:
@@ -135,14 +136,18 @@ def run_fit(args) -> int:
               caption="band: the fit's leave-one-out error for a fitted device; a device "
                       "with no points takes its GPU generation's fractions (nearest one "
                       "fitted), the pool only when none is")
-    for col in ("device", "units", "e_c", "e_m", "points", "band"):
+    for col in ("device", "units", "e_c", "e_m", "points", "band", "host us/op"):
         t.add_column(col, justify="left" if col in ("device", "units") else "right")
     for r in rows:
+        host = f"{r['host_s_per_op'] * 1e6:.1f}" + (f" ({r['host_bound']} set)"
+                                                     if r["host_bound"] else "")
         t.add_row(r["device"], r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}",
-                  str(r["points"]), f"{r['band']:.0%}")
+                  str(r["points"]), f"{r['band']:.0%}", host)
     for r in pooled:
         t.add_row("(pool)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "0",
-                  "-" if r["band_unseen"] is None else f"{r['band_unseen']:.0%}")
+                  "-" if r["band_unseen"] is None else f"{r['band_unseen']:.0%}", "-")
     out.print(t)
+    out.print("host us/op: the host's time per operation fitted with the device's fractions "
+              "(its points' steps floored at operations x it); '(n set)': points it sets")
     out.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
     return 0
