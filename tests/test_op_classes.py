@@ -95,6 +95,11 @@ def test_fp32_unit_operations_take_the_fp32_units_fraction():
     e_u = f.unit_fraction("H200", "fp32")
     assert e_u == f.class_fractions("H200", "cuda-core").e_c != f.fractions("H200", "fp32").e_c
     assert f.unit_fraction("V100-SXM2-16GB", "fp32") == 1.0
+    from scalelab.hardware.estimate import estimate_step
+
+    how = estimate_step(vit, "H200", "fp32", f=f).how
+    assert f"FP32-unit ops at {e_u:.2f} of the FP32 peak" in how
+    assert "FP32-unit" not in estimate_step(vit, "V100-SXM2-16GB", "fp32", f=f).how
     ops = [RooflineOp(1e12, 1e6, 67e12, 1, "matmul", "cuda-core")]
     step = roofline_step(ops, 4.8e12, 0.3, 0.3, unit_e_c={"cuda-core": 0.75})
     assert step.step_s == pytest.approx(1e12 / (67e12 * 0.75))

@@ -175,8 +175,10 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
     fr = f.fractions(target.name, precision)
     why = (f" ({source_device} is not a GPU with known peaks: its time is not used)"
            if source_device else "")
+    e_u = f.unit_fraction(target.name, precision)
+    units = f", FP32-unit ops at {e_u:.2f} of the FP32 peak" if e_u != 1.0 else ""
     how = (f"T = roofline of {ops.model} at batch {ops.batch_size} on {target.name} "
-           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}) = {rt.step_s:.4g} s "
+           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}{units}) = {rt.step_s:.4g} s "
            f"+- {b_t:.0%}{why}{_borrowed(f, target.name, precision)}")
     return Estimate(rt.step_s, b_t, precision, rt.floor_s, rt.bound, how, target.name,
                     source_device)
