@@ -130,7 +130,8 @@ def run_runner(args, label: str) -> dict:
 
     architecture, _, transport = label.partition("+")
     spec = WorkloadSpec(args.model, input_shape=args.input_shape, num_classes=args.num_classes)
-    pieces = args.piece_size if architecture == "ps" and args.piece_size else None
+    size = args.shm_piece_size if transport == "shm" else args.piece_size
+    pieces = size if architecture == "ps" and size else None
     cfg = RunConfig(workload=spec, workers=1, ps=1 if architecture == "ps" else None,
                     architecture=architecture, piece_bytes=pieces, batch_size=args.batch_size,
                     steps=args.steps + args.warmup, warmup_steps=args.warmup,
@@ -167,6 +168,10 @@ def main(argv=None) -> int:
     ap.add_argument("--piece-size", type=int, default=4 * 2**20,
                     help="the parameter server's message size in bytes (default 4 MiB, as "
                     "ps_vs_ddp.py: pieces leave while backward goes on); 0: one per shard")
+    ap.add_argument("--shm-piece-size", type=int, default=0,
+                    help="the same for ps+shm (default 0, one piece per shard: the server "
+                    "applies while the worker waits, not beside its backward on the same "
+                    "cores; through shared memory a piece costs no transfer to hide)")
     ap.add_argument("--out", default="bench-out/runner_overhead.json")
     ap.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)

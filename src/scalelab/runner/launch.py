@@ -191,8 +191,14 @@ class Job:
                 pass
         return total
 
-    def wait(self, on_line=None, poll_s: float = 0.05) -> None:
-        """Wait for every rank; on any failure stop them all and raise."""
+    def wait(self, on_line=None, poll_s: float = 0.25) -> None:
+        """Wait for every rank; on any failure stop them all and raise.
+
+        Every ``poll_s`` this process wakes on a core the ranks use: at 0.05 s one all-reduce
+        worker on the two cores here kept 0.878 of the bare loop's samples/s, at 0.25 s
+        1.041 (resnet18 3x64x64 b=32, three alternations each, load 1.3-1.5,
+        ``benchmarks/runner_overhead.py``); a failure is still seen within a quarter second.
+        """
         name = {r.rank: r.name for r in self.ranks}
         tail = _Tail(self.workdir / f"rank-{self.progress_rank}.jsonl")
         last_size, last_change = -1, time.monotonic()
