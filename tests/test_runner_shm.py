@@ -93,3 +93,16 @@ def test_the_cli_refuses_shared_memory_on_an_emulated_network_in_one_line(capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "--transport shm" in err[0], err
+
+
+@pytest.mark.dist
+def test_the_cli_takes_auto_and_run_json_names_the_transport_it_chose(tmp_path):
+    import json
+
+    out = tmp_path / "r.json"
+    code = main(["run", "tests.toy_runner:convnet", "--input-shape", "1,6,6", "--num-classes",
+                 "3", "--workers", "1", "--ps", "1", "--transport", "auto", "--device", "cpu",
+                 "--steps", "3", "--batch-size", "4", "--threads", "1", "--quiet",
+                 "--out", str(out)])
+    assert code == 0
+    assert json.loads(out.read_text())["config"]["transport"] == "shm"
