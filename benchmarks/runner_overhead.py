@@ -5,7 +5,8 @@ optimizer and loss; the computation configuration applied as the profiler applie
 each step timed with a synchronized clock on the CPU and CUDA events on a GPU; the median
 after the warm-up) against ``scalelab run`` with one worker, all-reduce (one worker trains
 the plain module: :mod:`scalelab.runner.allreduce`) and parameter server (one server,
-shards sent in ``--piece-size`` pieces, over Gloo's TCP and, on the CPU, through shared
+shards sent in ``--piece-size`` pieces, by default one per shard as ``scalelab run`` sends
+them, over Gloo's TCP and, on the CPU, through shared
 memory: ``ps+shm``, :mod:`scalelab.runner.shm`), same model, batch, optimizer and
 configuration. Each run's JSON row names its transport. The bare loop runs in
 its own process with the thread count a one-worker rank gets, and the runs are alternated
@@ -165,9 +166,10 @@ def main(argv=None) -> int:
                     help="runs to alternate: allreduce, ps (pieces over Gloo's TCP), ps+shm "
                     "(through shared memory; CPU only). Default: all three on the CPU, "
                     "allreduce,ps on cuda")
-    ap.add_argument("--piece-size", type=int, default=4 * 2**20,
-                    help="the parameter server's message size in bytes (default 4 MiB, as "
-                    "ps_vs_ddp.py: pieces leave while backward goes on); 0: one per shard")
+    ap.add_argument("--piece-size", type=int, default=0,
+                    help="the parameter server's message size in bytes (default 0: one piece "
+                    "per shard, as `scalelab run` without --piece-size; 4194304 as "
+                    "ps_vs_ddp.py: pieces leave while backward goes on)")
     ap.add_argument("--shm-piece-size", type=int, default=0,
                     help="the same for ps+shm (default 0, one piece per shard: the server "
                     "applies while the worker waits, not beside its backward on the same "
