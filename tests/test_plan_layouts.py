@@ -162,3 +162,30 @@ def test_layout_rows_memory_batch_exchange_and_exposed():
     assert 0 < rows["zero2"].exposed_s < rows["zero3"].exposed_s < rows["zero3"].exchange_s
     one = layout_rows(sizes, 1, 16, 80 * 2**30, 10e9, 0.5, 1.0)
     assert all(r.exchange_s == 0 and r.exposed_s == 0 for r in one)
+
+
+def test_the_headline_and_tiles_say_when_the_recommended_batch_does_not_fit():
+    from scalelab.plan import story
+    from scalelab.plan.inputs import workload_from_dict
+
+    inp = workload_from_dict({"model": "vgg16", "batch_size": 512, "step_s": 40.0,
+                              "device": "cpu"})
+    data = _plan(inp, "V100-SXM2-16GB").to_dict()
+    row = story.unfit(data["recommendation"])
+    assert row is not None and 0 < row["largest_batch"] < 512
+    held = row["largest_batch"]
+    need, usable = row["memory_bytes"] / 2**30, row["usable_bytes"] / 2**30
+    assert need > usable
+    line = story.headline(data)
+    assert line.startswith(f"batch 512 does not fit the device ({need:,.2f} GiB against "
+                           f"{usable:,.2f} GiB usable)")
+    steps = -(-512 // held)
+    assert f"at most batch {held}," in line and f"{steps} steps of gradient accumulation" in line
+    assert f"--batch-size {held} " in data["recommendation"]["launch"] + " "
+    tiles = dict(story.cards(data))
+    assert tiles["memory"].startswith("batch 512 does not fit")
+    # a batch the device holds says nothing of memory
+    fits = _plan(workload_from_dict({"model": "vgg16", "batch_size": 64, "step_s": 5.0,
+                                     "device": "cpu"}), "V100-SXM2-16GB").to_dict()
+    assert story.unfit(fits["recommendation"]) is None
+    assert "does not fit" not in story.headline(fits) and "memory" not in dict(story.cards(fits))

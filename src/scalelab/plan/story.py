@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from scalelab.plan.text import format_gbps, plural
+from scalelab.theory.units import ceil_div
 
 
 def _floor2(x: float) -> str:
@@ -76,6 +77,34 @@ def alternatives_text(p: dict) -> str:
                      f"{_floor2(a['efficiency'])}" for a in alts)
 
 
+def unfit(r: dict) -> dict | None:
+    """The recommended layout's memory row when the recommended batch does not fit the
+    device (``recommendation.layouts``: ``fits`` false), else None."""
+    lay = r.get("layout") or "ddp"
+    for row in r.get("layouts") or []:
+        if (row.get("layout") == lay and row.get("gpus") == r.get("gpus")
+                and row.get("fits") is False):
+            return row
+    return None
+
+
+def unfit_text(r: dict) -> str:
+    """What the device's memory says of the recommended batch, when it does not hold it."""
+    row = unfit(r)
+    if row is None:
+        return ""
+    need, usable = row["memory_bytes"] / 2**30, row["usable_bytes"] / 2**30
+    text = (f"batch {r['batch_size']} does not fit the device ({need:,.2f} GiB against "
+            f"{usable:,.2f} GiB usable)")
+    largest = row.get("largest_batch")
+    if largest:
+        steps = ceil_div(int(r["batch_size"]), int(largest))
+        text += (f"; it holds at most batch {largest}, which the launch trains ({steps} steps "
+                 f"of gradient accumulation make {r['batch_size']}); the figures are for "
+                 f"batch {r['batch_size']}")
+    return text + ": "
+
+
 def headline(p: dict, alternatives: bool = True) -> str:
     """The recommendation in one line: what to use, what it gives, what the cluster needs."""
     r = p["recommendation"]
@@ -86,14 +115,15 @@ def headline(p: dict, alternatives: bool = True) -> str:
     alts = f" (alternatives: {alts})" if alts else ""
     need = network_text(p)
     if r["gpus"] == 1 and (max_g or 1) > 1:
-        return (f"recommend 1 GPU at batch {r['batch_size']}: already 2 GPUs fall below "
-                f"efficiency {target:g}{alts}; {need}")
+        return (f"{unfit_text(r)}recommend 1 GPU at batch {r['batch_size']}: already 2 GPUs "
+                f"fall below efficiency {target:g}{alts}; {need}")
     below = (f" (below target {target:g})" if target is not None
              and r["efficiency"] < target - 1e-12 else "")
     lay = r.get("layout") or "ddp"  # a sharded layout of the model state (ZeRO / FSDP)
     sharded = "" if lay == "ddp" else f" with {lay.replace('zero', 'ZeRO-')}"
-    return (f"recommend {r['architecture']}{sharded} on {plural(r['gpus'], 'GPU')} at batch "
-            f"{r['batch_size']}{servers_text(r)}: {_rate(r)} samples/s, efficiency "
+    return (f"{unfit_text(r)}recommend {r['architecture']}{sharded} on "
+            f"{plural(r['gpus'], 'GPU')} at batch {r['batch_size']}{servers_text(r)}: "
+            f"{_rate(r)} samples/s, efficiency "
             f"{_floor2(r['efficiency'])}{below}{alts}; {need}")
 
 
@@ -103,6 +133,8 @@ def cards(p: dict) -> list[tuple[str, Any]]:
     target, max_g = _options(p)
     head = [("batch size / device", r.get("batch_size")),
             ("computation", r.get("algorithm") or "default")]
+    if unfit(r) is not None:
+        head.append(("memory", unfit_text(r).rstrip(": ")))
     if r.get("too_small"):
         return head + [("step", "too small for the cluster to matter")]
     total = _total(p)
