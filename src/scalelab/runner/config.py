@@ -65,15 +65,11 @@ def _resolve_transport(cfg) -> str:
     """``tcp`` or ``shm`` for ``cfg.transport`` (auto: shm where it can carry the pieces)."""
     if cfg.transport not in TRANSPORTS:
         raise UsageError(f"unknown transport {cfg.transport!r} (tcp, shm or auto)")
-    if cfg.architecture != "ps":
-        if cfg.transport == "shm":
-            raise UsageError(f"--transport shm: {cfg.shm_refusal}")
-        return "tcp"
     why = cfg.shm_refusal
-    if cfg.transport == "auto":
-        return "tcp" if why else "shm"
     if cfg.transport == "shm" and why:
         raise UsageError(f"--transport shm: {why}")
+    if cfg.transport == "auto":
+        return "tcp" if why else "shm"
     return cfg.transport
 
 

@@ -38,12 +38,11 @@ not the half of it a ring reduce-scatter would take: it moves ``2 (N-1)/N`` of t
 per rank (:func:`wire_bytes`). The ideal ZeRO exchange of :mod:`scalelab.theory.zero`
 (``(N-1)/N`` per reduce-scatter) is what NCCL's ring does on GPUs.
 
-The wire model (:func:`collectives_s`) charges each collective ``wire / B`` plus its ring
-steps' latency. On the 300 Mbit/s link Gloo's all-gather of a 2.1 MB shard took 85 ms
-where 2.1 MB / 36.0 MB/s is 58 ms (1.47x; an all-reduce of the same bytes ran at the
-link's rate), so the wire model is a lower bound for all-gathers there; validation times
-the step's collectives on the case's link instead
-(:mod:`scalelab.experiment.sharded_timing`).
+Bytes over the bandwidth (:func:`wire_bytes` / B) do not time them either: on the 300
+Mbit/s link Gloo's all-gather of a 2.1 MB shard took 85 ms where 2.1 MB / 36.0 MB/s is
+58 ms (1.47x; an all-reduce of the same bytes ran at the link's rate), so bytes over B are
+a lower bound for all-gathers there; validation times the step's collectives on the case's
+link instead (:mod:`scalelab.experiment.sharded_timing`).
 
 R is timed with every rank training alone on a process group of one, all ranks at once:
 timing the same layout's run on loopback instead (and subtracting its collectives
@@ -58,6 +57,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from scalelab.theory.comm import DDP_BUCKET_BYTES
 
 KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
 
@@ -84,7 +85,7 @@ def padded_numel(numel: int, ranks: int) -> int:
 
 
 def ddp_buckets(param_numels: Sequence[int], bytes_per_element: float = 4,
-                first_cap_bytes: float = 1024**2, cap_bytes: float = 25 * 1024**2
+                first_cap_bytes: float = 1024**2, cap_bytes: float = DDP_BUCKET_BYTES
                 ) -> list[int]:
     """Elements of each gradient bucket DDP all-reduces, in the order it reduces them.
 
@@ -150,28 +151,6 @@ def wire_bytes(c: Collective, ranks: int, bytes_per_element: float = 4) -> float
     return whole
 
 
-def ring_steps(c: Collective, ranks: int) -> int:
-    """Messages in sequence: ring all-gather and pipelined broadcast ``N-1``, all-reduce and
-    Gloo's reduce-scatter ``2 (N-1)``."""
-    if ranks <= 1:
-        return 0
-    if c.kind in ("all_reduce", "reduce_scatter"):
-        return 2 * (ranks - 1)
-    return ranks - 1
-
-
-def collectives_s(collectives: Sequence[Collective], ranks: int, bandwidth_Bps: float,
-                  latency_s: float = 0.0, bytes_per_element: float = 4) -> float:
-    """Time of ``collectives`` one after another on links of ``bandwidth_Bps``:
-    ``sum(wire_bytes / B + ring_steps x latency)``, seconds (the wire model)."""
-    if not bandwidth_Bps > 0:
-        raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
-    if latency_s < 0:
-        raise ValueError(f"latency_s must be >= 0, got {latency_s}")
-    return sum(wire_bytes(c, ranks, bytes_per_element) / bandwidth_Bps
-               + ring_steps(c, ranks) * latency_s for c in collectives)
-
-
 def buckets_exposed_s(bucket_s: Sequence[float], backward_s: float) -> float:
     """DDP's bucket all-reduces left after backward, seconds (ZeRO-1's gradient exchange).
 
@@ -202,7 +181,7 @@ def cpu_step_s(compute_s: float, exchange_s: float, allreduce_bucket_s: Sequence
     ``compute_s`` (R) the step without its exchange, the ranks computing at once (forward,
     backward, FSDP2's work per unit, the optimizer); ``exchange_s`` (X) the step's
     collectives (:func:`step_collectives`) one after another on the ranks' link, timed
-    (validation) or from :func:`collectives_s`. FSDP2 overlaps nothing (module
+    (validation). FSDP2 overlaps nothing (module
     docstring): H = 0. ZeRO-1's gradients are DDP's buckets (``allreduce_bucket_s``, part
     of X), reduced while backward (``backward_s``) goes on: H is what of them hides,
     ``sum(c_i) - buckets_exposed_s(c, T_b)``; its broadcasts follow the optimizer step.
