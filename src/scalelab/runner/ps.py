@@ -7,8 +7,10 @@ for the fresh pieces (pull), which it asked for with ``irecv`` before the step s
 Exchanges with different servers run concurrently.
 
 Per server: it waits for piece i from every worker, sums in worker order (deterministic),
-divides by W, applies its own optimizer to the piece (it owns the momentum/Adam state) and
-sends the fresh piece to every worker at once, while later pieces are still arriving.
+applies its own optimizer to the piece (it owns the momentum/Adam state; the fused step
+divides the sum by W through ``grad_scale``, the same division as ``div_`` bit for bit
+without a pass of its own) and sends the fresh piece to every worker at once, while later
+pieces are still arriving.
 With shards cut into pieces (``piece_bytes``) this is the full-duplex, pipelined form of
 the exchange; with one piece per shard each server receives everything before it answers
 (push then pull). ``RunConfig.exchange_form`` is the one statement of which holds.
@@ -204,6 +206,10 @@ class Server:
         self.opts = {i: cfg.workload.make_optimizer([v], fused=True)
                      for i, v in self.values.items()}
         W = cfg.workers
+        if W > 1:  # the fused step divides the summed gradient by W: one pass fewer than div_
+            scale = torch.tensor(float(W))
+            for opt in self.opts.values():
+                opt.grad_scale = scale
         if segment is not None:
             self.recv = {(w, p.index): segment.grad(w, p) for w in range(W) for p in self.pieces}
             self.recv_msg = {(w, p.index): torch.zeros(1, dtype=dtype)
@@ -261,9 +267,7 @@ class Server:
                 g = self.recv[(0, i)]  # summed in place, in worker order
                 for w in range(1, W):
                     g.add_(self.recv[(w, i)])
-                if W > 1:
-                    g.div_(W)
-                self.values[i].grad = g
+                self.values[i].grad = g  # the step divides it by W (grad_scale)
                 self.opts[i].step()
             for w in range(W):
                 sends.append((w, isend(self.send_msg[i], cfg.worker_rank(w), i)))
