@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -69,25 +70,28 @@ def _allreduce(size: int) -> float:
     return _seconds_per_op(lambda: dist.all_reduce(buf), _iters(size))
 
 
-def _streamed(rank: int, links: int, size: int, count: int) -> tuple[float, float]:
-    """Seconds for ``count`` messages of ``size`` bytes on each of ``links`` links at once,
-    and the CPU seconds all ranks used meanwhile (every thread of each process)."""
+def _streamed(rank: int, links: int, size: int, count: int,
+              repeats: int) -> tuple[float, float]:
+    """Median seconds of ``repeats`` transfers of ``count`` messages of ``size`` bytes on each
+    of ``links`` links at once (after one untimed), and the CPU seconds all ranks used per
+    transfer meanwhile (every thread of each process)."""
     sender = rank < links
     peer = rank + links if sender else rank - links
     bufs = [torch.ones(size // 4) for _ in range(count)]
-    for _phase in ("warm", "time"):
+    op = dist.isend if sender else dist.irecv
+    times, cpus = [], []
+    for _ in range(1 + repeats):
         dist.barrier()
         t, cpu = time.perf_counter(), time.process_time()
-        op = dist.isend if sender else dist.irecv
         works = [op(b, peer, tag=2) for b in bufs]
         for w in works:
             w.wait()
-        cpu = time.process_time() - cpu
+        cpus.append(time.process_time() - cpu)
         dist.barrier()
-        elapsed = time.perf_counter() - t
-    total_cpu = torch.tensor([cpu], dtype=torch.float64)
+        times.append(time.perf_counter() - t)
+    total_cpu = torch.tensor([statistics.median(cpus[1:])], dtype=torch.float64)
     dist.all_reduce(total_cpu)
-    return elapsed, float(total_cpu)
+    return statistics.median(times[1:]), float(total_cpu)
 
 
 def _init(rank: int, world: int, port: int) -> None:
@@ -97,27 +101,88 @@ def _init(rank: int, world: int, port: int) -> None:
                             world_size=world, timeout=timedelta(seconds=120))
 
 
-def _links_worker(rank: int, world: int, port: int, size: int, count: int, queue) -> None:
+def _links_worker(rank: int, world: int, port: int, size: int, count: int, repeats: int,
+                  queue) -> None:
     _init(rank, world, port)
-    timing = _streamed(rank, world // 2, size, count)
+    timing = _streamed(rank, world // 2, size, count, repeats)
     if rank == 0:
         queue.put(timing)
     dist.destroy_process_group()
 
 
-def measure_links(links: int, size: int, total_bytes: int = 32 * 2**20) -> dict:
+def measure_links(links: int, size: int, total_bytes: int = 32 * 2**20,
+                  repeats: int = 9) -> dict:
     """One link's bandwidth while ``links`` links each stream ``total_bytes`` in messages of
-    ``size`` bytes, all posted at once: ``{"per_link_Bps", "busy_cores", "cpu_s_per_byte"}``
-    (``busy_cores``: CPU time of all ranks over the elapsed time)."""
+    ``size`` bytes, all posted at once, from the median of ``repeats`` transfers (a step's
+    exchange is a median over steps too; one transfer alone reads up to twice as fast when
+    the scheduler happens to leave both ends a core each): ``{"per_link_Bps", "busy_cores",
+    "cpu_s_per_byte"}`` (``busy_cores``: CPU time of all ranks over the elapsed time)."""
     count = max(1, total_bytes // size)
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    mp.start_processes(_links_worker, args=(2 * links, free_port(), size, count, queue),
+    mp.start_processes(_links_worker,
+                       args=(2 * links, free_port(), size, count, repeats, queue),
                        nprocs=2 * links, start_method="spawn", join=True)
     elapsed, cpu = queue.get()
     moved = count * size * links
     return {"per_link_Bps": count * size / elapsed, "busy_cores": cpu / elapsed,
             "cpu_s_per_byte": cpu / moved}
+
+
+def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: int,
+                     piece: int, repeats: int, queue) -> None:
+    """The parameter server's exchange on Gloo with nothing else: ranks 0..W-1 are workers,
+    W..W+P-1 servers. Each worker sends every piece of a ``numel``-element vector (server k
+    owns the k-th of P even chunks) to its server, all posted at once; a server returns
+    each piece to every worker as soon as it has that piece from all of them."""
+    _init(rank, workers + servers, port)
+    bounds = [k * numel // servers for k in range(servers + 1)]
+    pieces = [(k, a, min(a + piece, bounds[k + 1]))
+              for k in range(servers) for a in range(bounds[k], bounds[k + 1], piece)]
+    times = []
+    if rank < workers:
+        grad, fresh = torch.ones(numel), torch.empty(numel)
+    else:
+        k = rank - workers
+        mine = [(i, a, b) for i, (s, a, b) in enumerate(pieces) if s == k]
+        inbox = {(w, i): torch.empty(b - a) for w in range(workers) for i, a, b in mine}
+    for _ in range(1 + repeats):
+        dist.barrier()
+        t = time.perf_counter()
+        if rank < workers:
+            pulls = [dist.irecv(fresh[a:b], workers + s, tag=i)
+                     for i, (s, a, b) in enumerate(pieces)]
+            pushes = [dist.isend(grad[a:b], workers + s, tag=i)
+                      for i, (s, a, b) in enumerate(pieces)]
+            for w in pushes + pulls:
+                w.wait()
+        else:
+            recvs = {key: dist.irecv(buf, key[0], tag=key[1]) for key, buf in inbox.items()}
+            sends = []
+            for i, _, _ in mine:
+                for w in range(workers):
+                    recvs[(w, i)].wait()
+                sends += [dist.isend(inbox[(0, i)], w, tag=i) for w in range(workers)]
+            for w in sends:
+                w.wait()
+        dist.barrier()
+        times.append(time.perf_counter() - t)
+    if rank == 0:
+        queue.put(statistics.median(times[1:]))
+    dist.destroy_process_group()
+
+
+def measure_exchange(workers: int, servers: int, param_bytes: int, piece_bytes: int,
+                     repeats: int = 9) -> float:
+    """Median seconds of the parameter server's exchange of ``param_bytes`` per worker on
+    Gloo alone (no model, no optimizer: :func:`_exchange_worker`), ``repeats`` rounds."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_exchange_worker,
+                       args=(workers, servers, free_port(), param_bytes // 4,
+                             max(1, piece_bytes // 4), repeats, queue),
+                       nprocs=workers + servers, start_method="spawn", join=True)
+    return queue.get()
 
 
 def _worker(rank: int, world: int, port: int, sizes: list[int], queue) -> None:
@@ -193,7 +258,8 @@ def main(argv=None) -> int:
               f"keep {result['duplex_ratio']:.2f}x of it per direction at {big['bytes']} B")
     size = args.stream_bytes
     result["streamed"] = []
-    print(f"streamed, {size} B messages all posted at once, 32 MiB per link (best of 3):")
+    print(f"streamed, {size} B messages all posted at once, 32 MiB per link (median of 9 "
+          "transfers, best of 3 runs):")
     for links in (1, 2):
         best = max((measure_links(links, size) for _ in range(3)),
                    key=lambda m: m["per_link_Bps"])
