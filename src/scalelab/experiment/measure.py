@@ -51,20 +51,20 @@ The step-timing processes run :mod:`scalelab.experiment.timing_child` (``--time-
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any
 
-from scalelab.errors import RunFailure
 from scalelab.experiment.case import CaseInputs, full_duplex_of
+from scalelab.experiment.sharded_timing import (
+    model_collectives,
+    time_collectives,
+    time_fsdp_concurrently,
+)
+from scalelab.experiment.together import CHILD, spec_json, time_together
 from scalelab.workload import WorkloadSpec
 
-CHILD = "scalelab.experiment.timing_child"
-"""The module every step-timing process runs (``python -m``)."""
 FED_STEPS = 8
 """Fed or DDP steps timed at least: a loader's batch arrives every few steps, not every
 step, and a DDP step waits for the slowest of its workers."""
@@ -83,24 +83,6 @@ def worker_threads(workers: int) -> int:
     return max(1, cpu_count() // workers)
 
 
-def _start(cmds: list[list[str]], env: dict | None = None) -> list[subprocess.Popen]:
-    # each in its own session, as the runner starts its ranks: with the kernel's session
-    # autogroups, processes of one session share one group's CPU time
-    # and with the runner's OpenMP wait policy, so that they time what a rank would compute
-    from scalelab.runner.launch import training_environment
-
-    return [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             env=training_environment(env))
-            for cmd in cmds]
-
-
-def _spec_json(spec: WorkloadSpec, algorithm: str) -> str:
-    """What a timing process is told to train: the workload and its computation
-    configuration (``algorithm``, as ``scalelab run --algorithm`` takes it)."""
-    return json.dumps({**spec.to_dict(), "algorithm": algorithm})
-
-
 def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threads: int,
                       steps: int, seed: int = 0, timeout_s: float = 300.0,
                       algorithm: str = "default") -> list[dict]:
@@ -111,8 +93,8 @@ def time_concurrently(spec: WorkloadSpec, batch_size: int, processes: int, threa
     the runner's ranks do, so the scheduler shares the cores between them as in a run.
     """
     cmd = [sys.executable, "-m", CHILD, "--time-steps",
-           _spec_json(spec, algorithm), str(batch_size), str(threads), str(steps), str(seed)]
-    return _time_together([cmd] * processes, timeout_s)
+           spec_json(spec, algorithm), str(batch_size), str(threads), str(steps), str(seed)]
+    return time_together([cmd] * processes, timeout_s)
 
 
 def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, workers: int,
@@ -121,11 +103,11 @@ def time_fed_concurrently(spec: WorkloadSpec, data: str, batch_size: int, worker
     """Worker k of ``workers`` (all at once) trains ``steps`` steps on its shards of the image
     folder ``data``, read through ``loader_workers`` loader processes; one dict per worker
     with the medians of ``data_s`` (the wait for the batch) and of each compute phase."""
-    spec_json = _spec_json(spec, algorithm)
+    told = spec_json(spec, algorithm)
     cmds = [[sys.executable, "-m", CHILD, "--time-fed-steps",
-             spec_json, str(batch_size), str(threads), str(steps), str(seed), data,
+             told, str(batch_size), str(threads), str(steps), str(seed), data,
              str(loader_workers), str(workers), str(k)] for k in range(workers)]
-    return _time_together(cmds, timeout_s)
+    return time_together(cmds, timeout_s)
 
 
 def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, threads: int,
@@ -138,43 +120,11 @@ def time_ddp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, thr
     step instead (its wait is the timing's ``data_s``)."""
     from scalelab.runner.launch import free_port
 
-    spec_json, port = _spec_json(spec, algorithm), free_port()
+    told, port = spec_json(spec, algorithm), free_port()
     cmds = [[sys.executable, "-m", CHILD, "--time-ddp-steps",
-             spec_json, str(batch_size), str(threads), str(steps), str(seed), str(port),
+             told, str(batch_size), str(threads), str(steps), str(seed), str(port),
              str(workers), str(rank), str(int(ddp))] for rank in range(workers)]
-    return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
-
-
-def _time_together(cmds: list[list[str]], timeout_s: float, env: dict | None = None
-                   ) -> list[dict]:
-    procs = _start(cmds, env)
-    try:
-        for p in procs:
-            line = p.stdout.readline().strip()
-            if line != "ready":
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(timeout=10)  # its output ended: let it exit, then read why
-                err = p.stderr.read().strip().splitlines()[-1:] if p.poll() is not None else []
-                raise RunFailure("step timing process failed to start: "
-                                 + (err[0] if err else repr(line)))
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        out = []
-        for p in procs:
-            stdout, stderr = p.communicate(timeout=timeout_s)
-            if p.returncode != 0:
-                raise RunFailure("step timing process failed: "
-                                 f"{(stderr.strip().splitlines() or ['?'])[-1]}")
-            out.append(json.loads(stdout.strip().splitlines()[-1]))
-        return out
-    except subprocess.TimeoutExpired:
-        raise RunFailure(f"step timing took longer than {timeout_s:.0f} s") from None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    return time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
 
 
 def compute_of(timing: dict, architecture: str) -> float:
@@ -306,8 +256,6 @@ class Measurements:
         if key not in self.sharded:
             self.say(f"timing {workers} ZeRO-{level} workers at once without exchange, batch "
                      f"{batch_size} ({FLOOR_REPEATS} times)")
-            from scalelab.experiment.sharded_timing import time_fsdp_concurrently
-
             self.sharded[key] = min(median_step_s(time_fsdp_concurrently(
                 self.spec, batch_size, workers, worker_threads(workers),
                 max(FED_STEPS, self.profile_steps), level, self.seed,
@@ -321,8 +269,6 @@ class Measurements:
         if key not in self.sharded:
             self.say(f"timing ZeRO-{level}'s collectives of {workers} ranks on "
                      f"{rate or 'loopback'}")
-            from scalelab.experiment.sharded_timing import model_collectives, time_collectives
-
             self.sharded[key] = time_collectives(model_collectives(self.spec, level, workers),
                                                  workers, rate)
         return self.sharded[key]

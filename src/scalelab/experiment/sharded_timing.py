@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from scalelab.experiment.measure import CHILD, _spec_json, _time_together
+from scalelab.experiment.together import CHILD, spec_json, time_together
 from scalelab.workload import WorkloadSpec
 
 
@@ -23,11 +23,11 @@ def time_fsdp_concurrently(spec: WorkloadSpec, batch_size: int, workers: int, th
     each."""
     from scalelab.runner.launch import free_port
 
-    spec_json = _spec_json(spec, algorithm)
-    cmds = [[sys.executable, "-m", CHILD, "--time-fsdp-steps", spec_json, str(batch_size),
+    told = spec_json(spec, algorithm)
+    cmds = [[sys.executable, "-m", CHILD, "--time-fsdp-steps", told, str(batch_size),
              str(threads), str(steps), str(seed), str(level), str(free_port())]
             for _ in range(workers)]
-    return _time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
+    return time_together(cmds, timeout_s, env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
 
 
 def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
@@ -64,11 +64,11 @@ def time_collectives(collectives: list, workers: int, rate: str | None = None,
                              str(port), str(workers), str(r)] for r in range(workers)]
 
     if rate is None:
-        out = _time_together(cmds(lambda r: [], "127.0.0.1", free_port()), timeout_s,
+        out = time_together(cmds(lambda r: [], "127.0.0.1", free_port()), timeout_s,
                              env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"})
     else:
         with netem.emulated_network(workers, rate) as net:
-            out = _time_together(cmds(net.exec_prefix, net.hosts[0].ip, 29500), timeout_s,
+            out = time_together(cmds(net.exec_prefix, net.hosts[0].ip, 29500), timeout_s,
                                  env={**os.environ, "GLOO_SOCKET_IFNAME": net.hosts[0].ifname})
     slowest = max(out, key=lambda o: o["exchange_s"])
     return {"exchange_s": slowest["exchange_s"], "all_reduce_s": slowest["all_reduce_s"]}
