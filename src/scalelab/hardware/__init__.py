@@ -133,28 +133,37 @@ def catalog() -> Catalog:
     return Catalog(devices, links, networks)
 
 
-def _find(kind: str, table: dict, name: str):
-    key = str(name).strip().lower()
-    for entry_name, entry in table.items():
-        names = [entry_name, *getattr(entry, "aliases", ())]
-        if key in (n.lower() for n in names):
-            return entry
-    known = list(table)
+@lru_cache(maxsize=8)
+def _index(table: str) -> dict:
+    """{lower-case name or alias: entry} of the catalog's ``table``; the first entry that
+    claims a name keeps it."""
+    out: dict = {}
+    for entry_name, entry in getattr(catalog(), table).items():
+        for n in (entry_name, *getattr(entry, "aliases", ())):
+            out.setdefault(n.lower(), entry)
+    return out
+
+
+def _find(kind: str, table: str, name: str):
+    found = _index(table).get(str(name).strip().lower())
+    if found is not None:
+        return found
+    known = list(getattr(catalog(), table))
     close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     raise UsageError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
 
 
 def device(name: str) -> Device:
-    return _find("device", catalog().devices, name)
+    return _find("device", "devices", name)
 
 
 def link(name: str) -> Link:
-    return _find("intra-node link", catalog().links, name)
+    return _find("intra-node link", "links", name)
 
 
 def network(name: str) -> Network:
-    return _find("network", catalog().networks, name)
+    return _find("network", "networks", name)
 
 
 def match_device(reported_name: str | None) -> Device | None:
@@ -181,11 +190,10 @@ def match_device(reported_name: str | None) -> Device | None:
 def lookup(name: str) -> tuple[str, Device | Link | Network]:
     """Any catalog entry by name: ('device'|'link'|'network', entry)."""
     cat = catalog()
-    for kind, table in (("device", cat.devices), ("link", cat.links), ("network", cat.networks)):
-        try:
-            return kind, _find(kind, table, name)
-        except UsageError:
-            continue
+    for kind, table in (("device", "devices"), ("link", "links"), ("network", "networks")):
+        found = _index(table).get(str(name).strip().lower())
+        if found is not None:
+            return kind, found
     known = [*cat.devices, *cat.links, *cat.networks]
     close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.4)
     hint = f"; did you mean {', '.join(close)}?" if close else ""

@@ -254,13 +254,15 @@ def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors:
     h0 = reference().host_s_per_op
     hosts = _host_grid(points, factors, e_u) if hosts is None else hosts
     curves = [point_curve(p, factors, e_u, h0) for p in points]
-    device = [c.device_s(ec, em) for c in curves]
+    # ln R - ln T with R the device's time alone; floored below by ln(floor) - ln T for each h
+    # (ln is increasing: ln max(R, floor) = max(ln R, ln floor))
+    misfit = [np.log(c.device_s(ec, em)) - math.log(p.step_s) for p, c in zip(points, curves)]
     out = []
     for h in hosts:
         loss = base + (_LAMBDA_H * math.log(h / h0) ** 2 if h0 > 0 else 0.0)
-        for p, c, d in zip(points, curves, device):
+        for p, c, m in zip(points, curves, misfit):
             floor = max(c.launch_floor_s, host_step_s(c.host_ops, h))
-            loss = loss + (np.log(np.maximum(d, floor)) - math.log(p.step_s)) ** 2
+            loss = loss + np.maximum(m, math.log(floor) - math.log(p.step_s)) ** 2
         i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
         out.append((float(_GRID[i]), float(_GRID[j]), float(loss[i, j]), float(h)))
     return out
