@@ -13,7 +13,7 @@ from functools import lru_cache
 
 from scalelab import hardware
 from scalelab.hardware.fit import fit, fit_class, predict_step_s, twin_key
-from scalelab.hardware.reference import RefPoint, reference
+from scalelab.hardware.reference import reference
 from scalelab.theory.band import quantile
 
 
@@ -29,7 +29,6 @@ class Bands:
     seen: dict[str, float]  # fit class -> band for a device fitted in that class
     unseen: dict[str, float]  # fit class -> band for a device that is not
     fitted: frozenset  # (device, fit class) pairs with points
-    loo_errors: tuple[tuple[RefPoint, float], ...]  # (point, predicted/measured - 1)
     host: float = 0.0  # band of a step the host sets: the largest |LOO error| of such points
     host_cases: int = 0  # points whose left-out prediction was the host's time
 
@@ -72,13 +71,12 @@ def bands() -> Bands:
     """
     points = reference().points
     full = fit(points)
-    loo, host = [], []
+    host = []
     by_class: dict[str, list[float]] = {}
     for i, p in enumerate(points):
         f = replace(fit(points[:i] + points[i + 1:], factors=full.factors),
                     by_generation=False)
         step = predict_step_s(p, f)
-        loo.append((p, step / p.step_s - 1.0))
         deviation = abs(p.step_s / step - 1.0)
         by_class.setdefault(fit_class(p.device, p.precision), []).append(deviation)
         if step <= f.curve(p).floor_s * (1 + 1e-12):
@@ -86,4 +84,4 @@ def bands() -> Bands:
     seen = {c: quantile(v, SEEN_QUANTILE) for c, v in by_class.items()}
     unseen = {c: max(v) for c, v in by_class.items()}
     fitted = frozenset((p.device, fit_class(p.device, p.precision)) for p in points)
-    return Bands(seen, unseen, fitted, tuple(loo), max(host, default=0.0), len(host))
+    return Bands(seen, unseen, fitted, max(host, default=0.0), len(host))

@@ -155,6 +155,11 @@ def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e
     units = unit_e_c or {}
     for name, value in units.items():
         _check_fraction(f"e_c of {name}", value)
+    for name, (kc, km) in factors.items():
+        if not (kc > 0 and km > 0):
+            raise ValueError(f"class factors of {name!r} must be > 0, got {(kc, km)}")
+    if not bandwidth_Bps > 0:
+        raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
     compute_s = memory_s = 0.0
     kernels = 0
     for op in ops:
@@ -163,12 +168,13 @@ def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e
             raise ValueError(f"no compute fraction given for units {op.units!r}")
         e = units[op.units] if op.units else e_c
         ec, em = min(1.0, e * kc), min(1.0, e_m * km)
+        # t_op = max(F / (P e_c), B / (W e_m)), as op_time_s; compute-bound when the first is
         tc = op.flops / (op.peak_flops * ec) if op.flops else 0.0
-        t = op_time_s(op.flops, op.nbytes, op.peak_flops, bandwidth_Bps, ec, em)
-        if tc >= t and op.flops:
-            compute_s += t
+        tm = op.nbytes / (bandwidth_Bps * em)
+        if tc >= tm and op.flops:
+            compute_s += tc
         else:
-            memory_s += t
+            memory_s += tm
         kernels += op.kernels
     roof = compute_s + memory_s
     floor = step_floor_s(kernels, launch_s)
