@@ -70,6 +70,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import p2p_bandwidth  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -110,8 +111,6 @@ def link_bandwidths(servers: list[int], piece_bytes: int, rate: str | None) -> d
         with netem.emulated_network(2, rate) as net:
             bw = max(netem.measure_link(net, 2.0)["bandwidth_Bps"] for _ in range(2))
         return dict.fromkeys(servers, bw)
-    import p2p_bandwidth
-
     # best of three: load from elsewhere on the host only ever lowers the figure
     return {p: max(p2p_bandwidth.measure_links(p, piece_bytes)["per_link_Bps"]
                    for _ in range(3))
@@ -191,12 +190,10 @@ def main(argv=None) -> int:
     pairs = [tuple(int(v) for v in pair.lower().split("x")) for pair in args.grid.split(",")]
     load_before = os.getloadavg()[0]
     shm = args.transport == "shm"
-
     if shm:  # keyed by workers: every worker copies its own bytes
         bws = {w: shm_copy_bandwidth(w, args.piece_size) for w in sorted({w for w, _ in pairs})}
     else:
         bws = link_bandwidths([p for _, p in pairs], args.piece_size, args.rate)
-    import p2p_bandwidth
     first = dict(bws)  # measured just now: the first run's B
 
     def bw_now(key: int) -> float:
@@ -209,6 +206,7 @@ def main(argv=None) -> int:
             return bws[key]
         return max(p2p_bandwidth.measure_links(key, args.piece_size)["per_link_Bps"]
                    for _ in range(2))
+
     where = (f"emulated {args.rate} links" if args.rate
              else "shared memory" if shm else "loopback TCP")
     print(f"S_p = {param_bytes / 1e6:.1f} MB, pieces of {args.piece_size} B, {where}; "

@@ -144,8 +144,13 @@ def _index(table: str) -> dict:
     return out
 
 
+def _get(table: str, name: str):
+    """The entry of ``table`` named or aliased ``name`` (any case), or None."""
+    return _index(table).get(str(name).strip().lower())
+
+
 def _find(kind: str, table: str, name: str):
-    found = _index(table).get(str(name).strip().lower())
+    found = _get(table, name)
     if found is not None:
         return found
     known = list(getattr(catalog(), table))
@@ -191,7 +196,7 @@ def lookup(name: str) -> tuple[str, Device | Link | Network]:
     """Any catalog entry by name: ('device'|'link'|'network', entry)."""
     cat = catalog()
     for kind, table in (("device", "devices"), ("link", "links"), ("network", "networks")):
-        found = _index(table).get(str(name).strip().lower())
+        found = _get(table, name)
         if found is not None:
             return kind, found
     known = [*cat.devices, *cat.links, *cat.networks]

@@ -118,7 +118,13 @@ def op_time_s(flops: float, nbytes: float, peak_flops: float, bandwidth_Bps: flo
     _check_fraction("e_m", e_m)
     if not (peak_flops > 0 and bandwidth_Bps > 0):
         raise ValueError(f"peak_flops {peak_flops} and bandwidth_Bps {bandwidth_Bps} must be > 0")
-    return max(flops / (peak_flops * e_c), nbytes / (bandwidth_Bps * e_m))
+    return max(_op_times(flops, nbytes, peak_flops, bandwidth_Bps, e_c, e_m))
+
+
+def _op_times(flops: float, nbytes: float, peak_flops: float, bandwidth_Bps: float,
+              e_c: float, e_m: float) -> tuple[float, float]:
+    """(F / (P e_c), B / (W e_m)): one operation's compute and memory times, unchecked."""
+    return flops / (peak_flops * e_c), nbytes / (bandwidth_Bps * e_m)
 
 
 def step_floor_s(kernels: int, launch_s: float) -> float:
@@ -168,9 +174,7 @@ def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e
             raise ValueError(f"no compute fraction given for units {op.units!r}")
         e = units[op.units] if op.units else e_c
         ec, em = min(1.0, e * kc), min(1.0, e_m * km)
-        # t_op = max(F / (P e_c), B / (W e_m)), as op_time_s; compute-bound when the first is
-        tc = op.flops / (op.peak_flops * ec) if op.flops else 0.0
-        tm = op.nbytes / (bandwidth_Bps * em)
+        tc, tm = _op_times(op.flops, op.nbytes, op.peak_flops, bandwidth_Bps, ec, em)
         if tc >= tm and op.flops:
             compute_s += tc
         else:
