@@ -43,6 +43,9 @@ def register(subparsers) -> None:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="scalelab.calibration/1: also predict with its parameters and report "
                    "the error on the cases it was not fitted on")
+    p.add_argument("--reuse-profiles", action="store_true",
+                   help="time compute and contention once per batch size and worker count, "
+                   "not before every case (faster; load changes between cases go unseen)")
     p.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds any wait in a run may take (default 120)")
     p.add_argument("--seed", type=int, default=0)
@@ -128,7 +131,8 @@ def run(args) -> int:
     grid = parse_grid(args.grid)
     options = ValidationOptions(steps=args.steps, warmup_steps=args.warmup_steps,
                                 profile_steps=args.profile_steps, timeout_s=args.timeout,
-                                seed=args.seed, algorithm=args.algorithm)
+                                seed=args.seed, algorithm=args.algorithm,
+                                fresh_profiles=not args.reuse_profiles)
     calibration = (Calibration.from_dict(read_json(args.calibration, "calibration"),
                                          str(args.calibration))
                    if args.calibration else None)
