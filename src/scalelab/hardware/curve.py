@@ -168,7 +168,14 @@ def point_curve(p: RefPoint, factors: tuple = (), e_u: float = 1.0,
     fraction ``e_u`` of the units its FP32-unit operations run on (see :func:`roofline_ops`)
     and the host's time per operation (default: the packaged measurement)."""
     h = reference().host_s_per_op if host_s_per_op is None else host_s_per_op
-    return _curve(p, factors, float(e_u), float(h))
+    present = _classes(p)  # factors of classes the point lacks change nothing: one curve
+    return _curve(p, tuple(f for f in factors if f[0] in present), float(e_u), float(h))
+
+
+@lru_cache(maxsize=1024)
+def _classes(p: RefPoint) -> frozenset[str]:
+    """The operation classes of point ``p``'s step."""
+    return frozenset(OP_CLASSES[i] for i in set(_raw(p)[2].tolist()))
 
 
 def precision_class(precision: str) -> str:

@@ -243,12 +243,25 @@ def _host_grid(points: Sequence[RefPoint], factors: tuple, e_u: float) -> np.nda
     return np.array([h0])
 
 
+_MESH = np.meshgrid(_GRID, _GRID, indexing="ij")  # (e_c, e_m) over the grid
+
+
+@lru_cache(maxsize=1024)
+def _log_device_grid(c: _Curve) -> np.ndarray:
+    """ln R(e_c, e_m) of curve ``c`` (the device's time alone) over the whole grid, kept:
+    the leave-one-out fits of the bands ask for the same curves again (about 19,000 grids,
+    some 600 different)."""
+    out = np.log(c.device_s(*_MESH))
+    out.setflags(write=False)
+    return out
+
+
 def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors: tuple = (),
                 e_u: float = 1.0, hosts: Sequence[float] | None = None) -> list[tuple]:
     """[(e_c, e_m, loss, h)] of one device's points with the classes' ``factors`` and the
     FP32 units' fraction ``e_u``, for each host time per operation h in ``hosts`` (default
     :func:`_host_grid`); the loss includes h's pull toward h0."""
-    ec, em = np.meshgrid(_GRID, _GRID, indexing="ij")
+    ec, em = _MESH
     base = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
                       + (np.log(em) - math.log(prior[1])) ** 2)
     h0 = reference().host_s_per_op
@@ -256,13 +269,21 @@ def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors:
     curves = [point_curve(p, factors, e_u, h0) for p in points]
     # ln R - ln T with R the device's time alone; floored below by ln(floor) - ln T for each h
     # (ln is increasing: ln max(R, floor) = max(ln R, ln floor))
-    misfit = [np.log(c.device_s(ec, em)) - math.log(p.step_s) for p, c in zip(points, curves)]
+    misfit = [_log_device_grid(c) - math.log(p.step_s) for p, c in zip(points, curves)]
+    lowest = [float(m.min()) for m in misfit]
+    squared: dict[int, np.ndarray] = {}  # m^2, for the h whose floor lies below all of m
     out = []
     for h in hosts:
         loss = base + (_LAMBDA_H * math.log(h / h0) ** 2 if h0 > 0 else 0.0)
-        for p, c, m in zip(points, curves, misfit):
+        for k, (p, c, m) in enumerate(zip(points, curves, misfit)):
             floor = max(c.launch_floor_s, host_step_s(c.host_ops, h))
-            loss = loss + np.maximum(m, math.log(floor) - math.log(p.step_s)) ** 2
+            low = math.log(floor) - math.log(p.step_s)
+            if low <= lowest[k]:  # max(m, low) is m everywhere
+                if k not in squared:
+                    squared[k] = m ** 2
+                loss = loss + squared[k]
+            else:
+                loss = loss + np.maximum(m, low) ** 2
         i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
         out.append((float(_GRID[i]), float(_GRID[j]), float(loss[i, j]), float(h)))
     return out
