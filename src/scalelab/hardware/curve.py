@@ -126,10 +126,46 @@ class _Curve:
             t = t + self.fa_cum[j] + (self.fb_cum[-1] - self.fb_cum[j]) / e_m
         return t
 
+    def device_grid_s(self, grid: _Grid) -> np.ndarray:
+        """:meth:`device_s` at every (e_c, e_m) of ``grid``, the same values, found faster:
+        the ratio e_c/e_m is constant along a diagonal of the grid up to rounding, so each
+        diagonal is looked up once (element by element only where a breakpoint falls
+        between its smallest and largest ratio), and e_m is constant along a column."""
+        lo = np.searchsorted(self.r, grid.diag_lo, side="right")
+        hi = np.searchsorted(self.r, grid.diag_hi, side="right")
+        idx = lo[grid.diag]
+        for d in np.flatnonzero(lo != hi):
+            on = grid.diag == d
+            idx[on] = np.searchsorted(self.r, grid.ratio[on], side="right")
+        e_c, e_m = grid.e_c, grid.e_m
+        t = (self.a_cum[-1] - self.a_cum[idx]) / e_c + self.b_cum[idx] / e_m
+        if len(self.s):
+            j = np.searchsorted(self.s, grid.values, side="right")[grid.column]
+            t = t + self.fa_cum[j] + (self.fb_cum[-1] - self.fb_cum[j]) / e_m
+        return t
+
     def __call__(self, e_c, e_m, host_s_per_op: float | None = None):
         h = self.host_s_per_op if host_s_per_op is None else host_s_per_op
         floor = max(self.launch_floor_s, host_step_s(self.host_ops, h))
         return np.maximum(self.device_s(e_c, e_m), floor)
+
+
+class _Grid:
+    """Every pair (e_c, e_m) of one 1-D grid of fractions, as :meth:`_Curve.device_grid_s`
+    reads it: e_c along the first axis, e_m along the second."""
+
+    def __init__(self, values: np.ndarray):
+        n = len(values)
+        self.values = np.asarray(values, float)
+        self.e_c, self.e_m = np.meshgrid(self.values, self.values, indexing="ij")
+        self.ratio = self.e_c / self.e_m
+        i, j = np.indices((n, n))
+        self.diag = i - j + (n - 1)  # which diagonal each pair is on
+        self.column = j
+        self.diag_lo = np.full(2 * n - 1, np.inf)
+        self.diag_hi = np.full(2 * n - 1, -np.inf)
+        np.minimum.at(self.diag_lo, self.diag.ravel(), self.ratio.ravel())
+        np.maximum.at(self.diag_hi, self.diag.ravel(), self.ratio.ravel())
 
 
 @lru_cache(maxsize=1024)

@@ -63,6 +63,7 @@ from scalelab import hardware
 from scalelab.hardware.curve import (  # noqa: F401 - the fit's public names, re-exported
     FIT_CLASSES,
     _Curve,
+    _Grid,
     compute_peaks,
     fit_class,
     point_curve,
@@ -243,7 +244,8 @@ def _host_grid(points: Sequence[RefPoint], factors: tuple, e_u: float) -> np.nda
     return np.array([h0])
 
 
-_MESH = np.meshgrid(_GRID, _GRID, indexing="ij")  # (e_c, e_m) over the grid
+_PAIRS = _Grid(_GRID)
+_MESH = (_PAIRS.e_c, _PAIRS.e_m)  # (e_c, e_m) over the grid
 
 
 @lru_cache(maxsize=1024)
@@ -251,7 +253,7 @@ def _log_device_grid(c: _Curve) -> np.ndarray:
     """ln R(e_c, e_m) of curve ``c`` (the device's time alone) over the whole grid, kept:
     the leave-one-out fits of the bands ask for the same curves again (about 19,000 grids,
     some 600 different)."""
-    out = np.log(c.device_s(*_MESH))
+    out = np.log(c.device_grid_s(_PAIRS))
     out.setflags(write=False)
     return out
 
