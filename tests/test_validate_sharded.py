@@ -68,6 +68,10 @@ def test_a_sharded_case_is_ddps_step_with_the_levels_exposed_exchange():
                                                            ranks=4)
         assert got.step_s == pytest.approx(want)
         assert f"ZeRO-{level}" in got.form
+        # its exchange: DDP's all-reduce, plus ZeRO-1's broadcasts (p Psi / B against the
+        # all-reduce's 2 (N-1)/N g Psi / B: 4/6 of it at N = 4), 1.5x the bytes for ZeRO-3
+        ratio = {1: 1 + 4 / 6, 2: 1.0, 3: 1.5}[level]
+        assert got.comm_s == pytest.approx(ratio * ddp.comm_s)
     assert predict_case(_inputs(zero=3)).step_s > predict_case(_inputs(zero=2)).step_s
     assert predict_case(_inputs(zero=2)).step_s == pytest.approx(ddp.step_s)  # x1 the bytes
 

@@ -205,9 +205,10 @@ def _predict_sharded(inputs: CaseInputs, params, io_s: float) -> StepPrediction:
     layout = f"zero{inputs.zero}"
     exposed = max(ddp.step_s - ddp.compute_s - ddp.io_s, 0.0)
     shown = zero.layout_exposed_s(layout, exposed, ddp.comm_s, ranks=inputs.workers)
-    factor = zero.exchange_factor(layout) + (0.5 if layout == "zero1" else 0.0)
+    # the layout's whole exchange: what it would leave with none of DDP's hidden
+    comm = zero.layout_exposed_s(layout, ddp.comm_s, ddp.comm_s, ranks=inputs.workers)
     step = max(ddp.compute_s + ddp.io_s + shown, inputs.floor_step_s)
-    return dataclasses.replace(ddp, step_s=step, comm_s=ddp.comm_s * factor,
+    return dataclasses.replace(ddp, step_s=step, comm_s=comm,
                                form=f"{ddp.form}, ZeRO-{inputs.zero} as FSDP runs it")
 
 
