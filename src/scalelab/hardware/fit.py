@@ -273,19 +273,24 @@ def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors:
     # (ln is increasing: ln max(R, floor) = max(ln R, ln floor))
     misfit = [_log_device_grid(c) - math.log(p.step_s) for p, c in zip(points, curves)]
     lowest = [float(m.min()) for m in misfit]
-    squared: dict[int, np.ndarray] = {}  # m^2, for the h whose floor lies below all of m
+    unfloored = None  # (i, j, loss) without h's pull, for every h no point's floor reaches
     out = []
     for h in hosts:
-        loss = base + (_LAMBDA_H * math.log(h / h0) ** 2 if h0 > 0 else 0.0)
-        for k, (p, c, m) in enumerate(zip(points, curves, misfit)):
-            floor = max(c.launch_floor_s, host_step_s(c.host_ops, h))
-            low = math.log(floor) - math.log(p.step_s)
-            if low <= lowest[k]:  # max(m, low) is m everywhere
-                if k not in squared:
-                    squared[k] = m ** 2
-                loss = loss + squared[k]
-            else:
-                loss = loss + np.maximum(m, low) ** 2
+        pull = _LAMBDA_H * math.log(h / h0) ** 2 if h0 > 0 else 0.0
+        lows = [math.log(max(c.launch_floor_s, host_step_s(c.host_ops, h))) - math.log(p.step_s)
+                for p, c in zip(points, curves)]
+        if all(low <= least for low, least in zip(lows, lowest)):
+            # max(m, low) is m everywhere: the same loss for all such h but for the pull
+            if unfloored is None:
+                loss = base + sum(m ** 2 for m in misfit)
+                i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
+                unfloored = (i, j, float(loss[i, j]))
+            i, j, least_loss = unfloored
+            out.append((float(_GRID[i]), float(_GRID[j]), least_loss + pull, float(h)))
+            continue
+        loss = base + pull
+        for m, low in zip(misfit, lows):
+            loss = loss + np.maximum(m, low) ** 2
         i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
         out.append((float(_GRID[i]), float(_GRID[j]), float(loss[i, j]), float(h)))
     return out
