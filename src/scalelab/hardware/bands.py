@@ -1,14 +1,20 @@
-"""Error bands of the reference fit (:mod:`scalelab.hardware.fit`), from leave-one-out.
+"""Error bands of the reference fit (:mod:`scalelab.hardware.fit`), from leave-out errors.
 
-Each reference point is left out in turn and predicted by a fit without it; per fit class,
-a device with its own points in the class gets the 80th percentile of the class's |errors|,
-a device without them the largest, and steps the host sets (the prediction on the floor)
-a band of their own.
+Two ways of leaving out, two kinds of miss. Leave one point out (each point predicted by a
+fit without it) shows how far a device's measurement lands from the rest of the table: the
+spread between devices and software releases. Leave one model out (every model's points
+predicted by a fit without any point of that model) shows how far a model the fit has not
+seen lands on a device it has: what a plan for a user's own network faces. A fitted
+device's band is, per fit class, the larger of the two 80th percentiles (the model's only
+where the class has :data:`MIN_MODEL_CASES` such deviations: a class whose devices measured
+one network, e.g. ResNet-50, has none). A device without points of its own in a class gets
+the largest deviation either way shows; steps the host sets (the prediction on the floor) a
+band of their own.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from scalelab import hardware
@@ -19,18 +25,22 @@ from scalelab.theory.band import quantile
 
 @dataclass(frozen=True)
 class Bands:
-    """Relative error bands of the fit, per fit class, from leave-one-out errors.
+    """Relative error bands of the fit, per fit class, from leave-out deviations.
 
-    A device with its own points in that class gets the 80th percentile of the class's
-    |LOO errors| (so about four misses in five fall inside it); a device without them gets
-    the class's largest |LOO error| (the worst miss when a device's point was left out).
+    A device with its own points in that class gets the larger 80th percentile of the
+    class's leave-one-point-out and leave-one-model-out deviations (so about four misses in
+    five of either kind fall inside it); a device without them gets the class's largest
+    deviation.
     """
 
     seen: dict[str, float]  # fit class -> band for a device fitted in that class
     unseen: dict[str, float]  # fit class -> band for a device that is not
     fitted: frozenset  # (device, fit class) pairs with points
-    host: float = 0.0  # band of a step the host sets: the largest |LOO error| of such points
-    host_cases: int = 0  # points whose left-out prediction was the host's time
+    host: float = 0.0  # band of a step the host sets: the largest deviation of such points
+    host_cases: int = 0  # left-out predictions that were the host's time
+    # fit class -> its leave-one-model-out deviations (fewer than MIN_MODEL_CASES: the
+    # class's band is its leave-one-point-out one alone)
+    model_cases: dict[str, int] = field(default_factory=dict)
 
     def band(self, device: str, precision: str, host_bound: bool = False) -> float:
         """The band of ``device`` at ``precision``; a step the host sets gets the host's
@@ -50,20 +60,33 @@ class Bands:
             (d, c) for d, c in self.fitted if twin_key(hardware.device(d)) != twin))
 
 
-SEEN_QUANTILE = 0.8  # a fitted device's band covers this share of its class's LOO errors
+SEEN_QUANTILE = 0.8  # a fitted device's band covers this share of its class's deviations
+MIN_MODEL_CASES = 5  # leave-one-model-out deviations a class needs to set its band
+
+
+def _deviation(p, f) -> tuple[float, bool]:
+    """(|T_measured / T_predicted - 1| of point ``p`` under fit ``f``, whether the
+    prediction is the host's time)."""
+    step = predict_step_s(p, f)
+    return abs(p.step_s / step - 1.0), step <= f.curve(p).floor_s * (1 + 1e-12)
 
 
 @lru_cache(maxsize=1)
 def bands() -> Bands:
-    """Leave-one-out errors of the packaged reference fit, summarized per fit class.
+    """Leave-out deviations of the packaged reference fit, summarized per fit class.
 
-    Each point is predicted by a fit without it (the operation classes' factors kept as the
-    whole table's); a device whose only point in a class is
-    left out falls back to a same-chip device or to the class's pooled fractions (not to its
-    generation's), so these errors measure how far devices' fractions spread around the
-    class; they do not say how much a device pair's ratio moves between software releases.
-    Points whose prediction is the host's time (the floor) give the band
-    of a step the host sets, their own.
+    Leave one model out: each model's points predicted by a fit without any of its points,
+    on the devices that keep points in the point's class. Leave one point out: each point
+    predicted by a fit without it; a device whose only point in a class is left out falls
+    back to a same-chip device or to the class's pooled fractions (not to its generation's),
+    so these measure how far devices' fractions spread around the class. Both keep the
+    operation classes' factors of the whole table, and neither says how much a device pair's
+    ratio moves between software releases.
+
+    A fitted device's band: the larger of the :data:`SEEN_QUANTILE` quantiles of its class's
+    leave-one-point-out and (where there are :data:`MIN_MODEL_CASES` of them)
+    leave-one-model-out deviations; an unfitted device's: the largest of either. Points whose
+    prediction is the host's time (the floor) give the band of a step the host sets.
 
     A band is laid around the prediction (the step is within T x (1 +- band)), so the
     deviation it must cover is the measurement's from the prediction, |T_measured / T - 1|,
@@ -72,16 +95,31 @@ def bands() -> Bands:
     points = reference().points
     full = fit(points)
     host = []
-    by_class: dict[str, list[float]] = {}
+    by_point: dict[str, list[float]] = {}
+    by_model: dict[str, list[float]] = {}
     for i, p in enumerate(points):
         f = replace(fit(points[:i] + points[i + 1:], factors=full.factors),
                     by_generation=False)
-        step = predict_step_s(p, f)
-        deviation = abs(p.step_s / step - 1.0)
-        by_class.setdefault(fit_class(p.device, p.precision), []).append(deviation)
-        if step <= f.curve(p).floor_s * (1 + 1e-12):
+        deviation, on_floor = _deviation(p, f)
+        by_point.setdefault(fit_class(p.device, p.precision), []).append(deviation)
+        if on_floor:
             host.append(deviation)
-    seen = {c: quantile(v, SEEN_QUANTILE) for c, v in by_class.items()}
-    unseen = {c: max(v) for c, v in by_class.items()}
+    for model in sorted({p.model for p in points}):
+        rest = tuple(p for p in points if p.model != model)
+        kept = {(p.device, fit_class(p.device, p.precision)) for p in rest}
+        f = replace(fit(rest, factors=full.factors), by_generation=False)
+        for p in points:
+            cls = fit_class(p.device, p.precision)
+            if p.model == model and (p.device, cls) in kept:
+                deviation, on_floor = _deviation(p, f)
+                by_model.setdefault(cls, []).append(deviation)
+                if on_floor:
+                    host.append(deviation)
+    seen = {c: max(quantile(v, SEEN_QUANTILE),
+                   quantile(by_model[c], SEEN_QUANTILE)
+                   if len(by_model.get(c, ())) >= MIN_MODEL_CASES else 0.0)
+            for c, v in by_point.items()}
+    unseen = {c: max(v + by_model.get(c, [])) for c, v in by_point.items()}
     fitted = frozenset((p.device, fit_class(p.device, p.precision)) for p in points)
-    return Bands(seen, unseen, fitted, max(host, default=0.0), len(host))
+    return Bands(seen, unseen, fitted, max(host, default=0.0), len(host),
+                 {c: len(v) for c, v in by_model.items()})
