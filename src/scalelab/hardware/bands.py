@@ -14,12 +14,13 @@ band of their own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from scalelab import hardware
 from scalelab.hardware.fit import fit, fit_class, predict_step_s, twin_key
-from scalelab.hardware.reference import reference
+from scalelab.hardware.reference import RefPoint, reference
 from scalelab.theory.band import quantile
 
 
@@ -64,11 +65,30 @@ SEEN_QUANTILE = 0.8  # a fitted device's band covers this share of its class's d
 MIN_MODEL_CASES = 5  # leave-one-model-out deviations a class needs to set its band
 
 
-def _deviation(p, f) -> tuple[float, bool]:
-    """(|T_measured / T_predicted - 1| of point ``p`` under fit ``f``, whether the
-    prediction is the host's time)."""
+def _predicted(p: RefPoint, f) -> tuple[float, bool]:
+    """(point ``p``'s step predicted by fit ``f``, whether that is the host's time)."""
     step = predict_step_s(p, f)
-    return abs(p.step_s / step - 1.0), step <= f.curve(p).floor_s * (1 + 1e-12)
+    return step, step <= f.curve(p).floor_s * (1 + 1e-12)
+
+
+def _deviation(p: RefPoint, step: float) -> float:
+    """|T_measured / T_predicted - 1|: what a band laid around the prediction must cover."""
+    return abs(p.step_s / step - 1.0)
+
+
+def models_left_out(points: Sequence[RefPoint], factors: dict | None = None
+                    ) -> list[tuple[RefPoint, float, bool]]:
+    """[(point, predicted step, whether it is the host's time)]: every model's points on
+    the devices that keep points in the point's fit class, each predicted by a fit without
+    any point of that model (the operation classes' factors refitted, or ``factors``)."""
+    out = []
+    for model in sorted({p.model for p in points}):
+        rest = tuple(p for p in points if p.model != model)
+        kept = {(p.device, fit_class(p.device, p.precision)) for p in rest}
+        f = fit(rest, factors=factors)
+        out += [(p, *_predicted(p, f)) for p in points
+                if p.model == model and (p.device, fit_class(p.device, p.precision)) in kept]
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -100,21 +120,14 @@ def bands() -> Bands:
     for i, p in enumerate(points):
         f = replace(fit(points[:i] + points[i + 1:], factors=full.factors),
                     by_generation=False)
-        deviation, on_floor = _deviation(p, f)
-        by_point.setdefault(fit_class(p.device, p.precision), []).append(deviation)
+        step, on_floor = _predicted(p, f)
+        by_point.setdefault(fit_class(p.device, p.precision), []).append(_deviation(p, step))
         if on_floor:
-            host.append(deviation)
-    for model in sorted({p.model for p in points}):
-        rest = tuple(p for p in points if p.model != model)
-        kept = {(p.device, fit_class(p.device, p.precision)) for p in rest}
-        f = replace(fit(rest, factors=full.factors), by_generation=False)
-        for p in points:
-            cls = fit_class(p.device, p.precision)
-            if p.model == model and (p.device, cls) in kept:
-                deviation, on_floor = _deviation(p, f)
-                by_model.setdefault(cls, []).append(deviation)
-                if on_floor:
-                    host.append(deviation)
+            host.append(_deviation(p, step))
+    for p, step, on_floor in models_left_out(points, full.factors):
+        by_model.setdefault(fit_class(p.device, p.precision), []).append(_deviation(p, step))
+        if on_floor:
+            host.append(_deviation(p, step))
     seen = {c: max(quantile(v, SEEN_QUANTILE),
                    quantile(by_model[c], SEEN_QUANTILE)
                    if len(by_model.get(c, ())) >= MIN_MODEL_CASES else 0.0)

@@ -22,11 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scalelab import hardware
-from scalelab.hardware.bands import bands
+from scalelab.hardware.bands import bands, models_left_out
 from scalelab.hardware.estimate import estimate_step
 from scalelab.hardware.fit import (
     fit,
-    fit_class,
     precision_class,
     twin_key,
 )
@@ -105,19 +104,7 @@ class ModelResult:
 def leave_one_model_out(points: Sequence[RefPoint] | None = None) -> list[ModelResult]:
     """Each model's points predicted by a fit that never saw the model (see the module)."""
     pts = tuple(reference().points if points is None else points)
-    out = []
-    for model in sorted({p.model for p in pts}):
-        rest = tuple(p for p in pts if p.model != model)
-        f = fit(rest)
-        seen = {(p.device, fit_class(p.device, p.precision)) for p in rest}
-        for p in pts:
-            if p.model != model or (p.device, fit_class(p.device, p.precision)) not in seen:
-                continue
-            fr = f.fractions(p.device, p.precision)
-            curve = f.curve(p)
-            step = float(curve(fr.e_c, fr.e_m))
-            out.append(ModelResult(p, step, step <= curve.floor_s * (1 + 1e-12)))
-    return out
+    return [ModelResult(p, step, host) for p, step, host in models_left_out(pts)]
 
 
 def error_summary(errors: Sequence[float]) -> tuple[float, float]:

@@ -244,8 +244,7 @@ def _host_grid(points: Sequence[RefPoint], factors: tuple, e_u: float) -> np.nda
     return np.array([h0])
 
 
-_PAIRS = _Grid(_GRID)
-_MESH = (_PAIRS.e_c, _PAIRS.e_m)  # (e_c, e_m) over the grid
+_PAIRS = _Grid(_GRID)  # every (e_c, e_m) of the grid
 
 
 @lru_cache(maxsize=1024)
@@ -263,7 +262,7 @@ def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors:
     """[(e_c, e_m, loss, h)] of one device's points with the classes' ``factors`` and the
     FP32 units' fraction ``e_u``, for each host time per operation h in ``hosts`` (default
     :func:`_host_grid`); the loss includes h's pull toward h0."""
-    ec, em = _MESH
+    ec, em = _PAIRS.e_c, _PAIRS.e_m
     base = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
                       + (np.log(em) - math.log(prior[1])) ** 2)
     h0 = reference().host_s_per_op
