@@ -132,6 +132,8 @@ def test_validation_times_its_compute_in_the_runs_configuration(tmp_path, monkey
     options = ValidationOptions(algorithm="channels_last")
     cfg = _run_config(SPEC, {"workers": 2, "architecture": "ps", "batch_size": 4}, options)
     assert cfg.algorithm == "channels_last"
+    recorded = options.to_dict()  # validation.json's "options"
+    assert recorded["algorithm"] == "channels_last" and recorded["fresh_profiles"] is True
     with pytest.raises(UsageError, match="unknown computation option"):
         ValidationOptions(algorithm="fast")
 

@@ -53,6 +53,7 @@ def test_a_server_on_one_of_the_hosts_is_predicted_like_the_grid(tmp_path):
     assert co["inputs"]["colocated"] is True and "colocated" not in dedicated["inputs"]
     # --reuse-profiles: both cases share one lone profile (same batch, same threads)
     assert len(v["profile"]) == 1
+    assert v["options"]["fresh_profiles"] is False and v["options"]["steps"] == 3
     # the colocated server is predicted as well as the grid's other case, and it is faster
     assert abs(co["error"]) <= max(0.15, abs(dedicated["error"]))
     assert co["measured_step_s"] < dedicated["measured_step_s"]

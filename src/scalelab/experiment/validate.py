@@ -205,6 +205,11 @@ class ValidationOptions:
         return Measurements(spec, self.profile_steps, self.probe_seconds, self.seed,
                             self.fresh_profiles, say, algorithm=self.algorithm)
 
+    def to_dict(self) -> dict[str, Any]:
+        """validation.json's ``options``: among them ``fresh_profiles`` (false under
+        ``--reuse-profiles``: each batch size's profile and contention timed once)."""
+        return dataclasses.asdict(self)
+
 
 @dataclass(frozen=True)
 class ValidationCase:
@@ -262,12 +267,15 @@ class Validation:
     contention: list[dict]
     exchange_form: str
     calibration: dict[str, Any] | None = None
+    options: dict[str, Any] | None = None
+    """What the runs and timings were made under (:meth:`ValidationOptions.to_dict`)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["cases"] = [c.to_dict() for c in self.cases]
-        if self.calibration is None:
-            del d["calibration"]
+        for key in ("calibration", "options"):
+            if d[key] is None:
+                del d[key]
         return d
 
 
@@ -370,11 +378,12 @@ def run_cases(spec: WorkloadSpec, configs: list[dict[str, Any]], options: Valida
         if on_case:
             on_case(case)
     forms = list(dict.fromkeys(rc.exchange_form for rc in run_configs))
-    return summarize(spec, cases, meas, calibration, "; ".join(forms))
+    return summarize(spec, cases, meas, calibration, "; ".join(forms), options)
 
 
 def summarize(spec: WorkloadSpec, cases: list[ValidationCase], meas: Measurements,
-              calibration, exchange_form: str) -> Validation:
+              calibration, exchange_form: str,
+              options: ValidationOptions | None = None) -> Validation:
     """The :class:`Validation` of ``cases`` (the errors and what was measured)."""
     from scalelab import netem
 
@@ -406,4 +415,5 @@ def summarize(spec: WorkloadSpec, cases: list[ValidationCase], meas: Measurement
                      "factor": c.inputs.contention,
                      "floor_step_s": c.inputs.floor_step_s,
                      "compute_floor_s": c.inputs.compute_floor_s} for c in cases],
-        exchange_form=exchange_form, calibration=summary)
+        exchange_form=exchange_form, calibration=summary,
+        options=options.to_dict() if options is not None else None)
