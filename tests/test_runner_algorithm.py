@@ -28,7 +28,7 @@ def test_run_trains_in_bf16_and_channels_last_when_asked(tmp_path, monkeypatch, 
                  "--steps", "3", "--threads", "1", "--device", "cpu", "--quiet",
                  "--algorithm", "channels_last+bf16_autocast", "--out", str(out)])
     assert code == 0
-    assert _seen(tmp_path) == {"channels_last channels_last torch.bfloat16"}
+    assert _seen(tmp_path) == {"channels_last channels_last torch.bfloat16 cpu"}
     import json
 
     run = json.loads(out.read_text())
@@ -41,7 +41,7 @@ def test_run_trains_in_fp32_and_contiguous_by_default(tmp_path, monkeypatch):
     monkeypatch.setenv("TOY_PROBE_DIR", str(tmp_path))
     run_training(RunConfig(workload=SPEC, workers=1, architecture="allreduce", batch_size=4,
                            steps=2, threads=1, device="cpu"))
-    assert _seen(tmp_path) == {"contiguous contiguous torch.float32"}
+    assert _seen(tmp_path) == {"contiguous contiguous torch.float32 cpu"}
 
 
 @pytest.mark.dist
@@ -128,7 +128,7 @@ def test_validation_times_its_compute_in_the_runs_configuration(tmp_path, monkey
     monkeypatch.setenv("RANK", "0")  # the probe writes from rank processes only
     [t] = time_concurrently(SPEC, 4, 1, 1, 2, algorithm="channels_last+bf16_autocast")
     assert t["algorithm"] == "channels_last+bf16_autocast"
-    assert _seen(tmp_path) == {"channels_last channels_last torch.bfloat16"}
+    assert _seen(tmp_path) == {"channels_last channels_last torch.bfloat16 cpu"}
     options = ValidationOptions(algorithm="channels_last")
     cfg = _run_config(SPEC, {"workers": 2, "architecture": "ps", "batch_size": 4}, options)
     assert cfg.algorithm == "channels_last"

@@ -88,11 +88,16 @@ def test_synthetic_batches_are_made_on_the_device_and_reproducible():
     assert not torch.equal(a[0], c[0])
 
 
-def test_a_gpu_run_times_with_events_and_trains_in_bf16_channels_last(tmp_path):
-    spec = WorkloadSpec("tests.toy_runner:convnet", input_shape=(1, 6, 6), num_classes=3)
+def test_a_gpu_run_times_with_events_and_trains_in_bf16_channels_last(tmp_path, monkeypatch):
+    # the probe model writes, from each rank, the input's and weight's memory format and
+    # the dtype its convolution computed in on the device
+    monkeypatch.setenv("TOY_PROBE_DIR", str(tmp_path))
+    spec = WorkloadSpec("tests.toy_runner:probe", input_shape=(3, 6, 6), num_classes=3)
     result = run_training(RunConfig(workload=spec, workers=1, architecture="allreduce",
                                     batch_size=B, steps=STEPS, device="cuda",
                                     algorithm="channels_last+bf16_autocast"))
+    seen = set((tmp_path / "rank0.txt").read_text().splitlines())
+    assert seen == {"channels_last channels_last torch.bfloat16 cuda"}
     assert "CUDA events" in result["timing"]["clock"]
     assert result["steps"]["step_s"]["median"] > 0
     assert result["steps"]["data_s"]["median"] < result["steps"]["step_s"]["median"]

@@ -69,8 +69,8 @@ def faulty(num_classes: int = 3) -> nn.Module:
 
 class _Probe(nn.Module):
     """A small convnet that writes, per forward, what its first convolution saw: the input's
-    memory format and the dtype the convolution computed in (``TOY_PROBE_DIR``, one file per
-    rank process)."""
+    and the weight's memory format, the dtype the convolution computed in and the device it
+    ran on (``TOY_PROBE_DIR``, one file per rank process)."""
 
     def __init__(self, num_classes: int):
         super().__init__()
@@ -86,7 +86,8 @@ class _Probe(nn.Module):
                 and not self.conv.weight.is_contiguous()
             with open(os.path.join(self.dir, f"rank{os.environ['RANK']}.txt"), "a") as f:
                 f.write(f"{'channels_last' if cl else 'contiguous'} "
-                        f"{'channels_last' if wcl else 'contiguous'} {y.dtype}\n")
+                        f"{'channels_last' if wcl else 'contiguous'} {y.dtype} "
+                        f"{y.device.type}\n")
         return self.head(y.float())
 
 
