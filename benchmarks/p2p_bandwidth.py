@@ -130,11 +130,16 @@ def measure_links(links: int, size: int, total_bytes: int = 32 * 2**20,
 
 
 def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: int,
-                     piece: int, repeats: int, queue) -> None:
+                     piece: int, repeats: int, queue, spec=None) -> None:
     """The parameter server's exchange on Gloo with nothing else: ranks 0..W-1 are workers,
     W..W+P-1 servers. Each worker sends every piece of a ``numel``-element vector (server k
     owns the k-th of P even chunks) to its server, all posted at once; a server returns
-    each piece to every worker as soon as it has that piece from all of them."""
+    each piece to every worker as soon as it has that piece from all of them.
+
+    With ``spec`` (a :class:`scalelab.workload.WorkloadSpec`) a server also does what the
+    runner's server does between a piece's last arrival and its answer: sums the W pieces in
+    place and steps the workload's optimizer, fused, on that piece (the summed gradient
+    divided by W through ``grad_scale``), and answers with the fresh piece."""
     _init(rank, workers + servers, port)
     bounds = [k * numel // servers for k in range(servers + 1)]
     pieces = [(k, a, min(a + piece, bounds[k + 1]))
@@ -146,6 +151,13 @@ def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: in
         k = rank - workers
         mine = [(i, a, b) for i, (s, a, b) in enumerate(pieces) if s == k]
         inbox = {(w, i): torch.empty(b - a) for w in range(workers) for i, a, b in mine}
+        values, opts = {}, {}
+        if spec is not None:
+            for i, a, b in mine:
+                values[i] = torch.nn.Parameter(torch.zeros(b - a))
+                opts[i] = spec.make_optimizer([values[i]], fused=True)
+                if workers > 1:
+                    opts[i].grad_scale = torch.tensor(float(workers))
     for _ in range(1 + repeats):
         dist.barrier()
         t = time.perf_counter()
@@ -162,7 +174,14 @@ def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: in
             for i, _, _ in mine:
                 for w in range(workers):
                     recvs[(w, i)].wait()
-                sends += [dist.isend(inbox[(0, i)], w, tag=i) for w in range(workers)]
+                out = inbox[(0, i)]
+                if spec is not None:
+                    for w in range(1, workers):
+                        out.add_(inbox[(w, i)])
+                    values[i].grad = out
+                    opts[i].step()
+                    out = values[i].detach()
+                sends += [dist.isend(out, w, tag=i) for w in range(workers)]
             for w in sends:
                 w.wait()
         dist.barrier()
@@ -173,14 +192,15 @@ def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: in
 
 
 def measure_exchange(workers: int, servers: int, param_bytes: int, piece_bytes: int,
-                     repeats: int = 9) -> float:
+                     repeats: int = 9, spec=None) -> float:
     """Median seconds of the parameter server's exchange of ``param_bytes`` per worker on
-    Gloo alone (no model, no optimizer: :func:`_exchange_worker`), ``repeats`` rounds."""
+    Gloo alone (no model, no optimizer: :func:`_exchange_worker`), ``repeats`` rounds; with
+    ``spec`` the servers also sum and apply the workload's optimizer to every piece."""
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     mp.start_processes(_exchange_worker,
                        args=(workers, servers, free_port(), param_bytes // 4,
-                             max(1, piece_bytes // 4), repeats, queue),
+                             max(1, piece_bytes // 4), repeats, queue, spec),
                        nprocs=workers + servers, start_method="spawn", join=True)
     return queue.get()
 
