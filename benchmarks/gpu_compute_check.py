@@ -27,6 +27,7 @@ import json
 import statistics
 import sys
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 MODELS = ("resnet18", "resnet50", "resnet152", "vgg16", "alexnet", "densenet121",
@@ -58,6 +59,12 @@ def parse_batches(text: str) -> list[int]:
     return batches
 
 
+def channels_last(model: str, precision: str) -> bool:
+    """Whether a step is measured in channels_last: bf16 steps of the convolutional networks
+    (as in the shared H200 file)."""
+    return precision == "bf16" and model != "vit_b_16"
+
+
 def predict(model: str, batch: int, precision: str, device_name: str,
             host_s_per_op: float) -> dict:
     """The plan's compute estimate for ``model`` on the GPU ``device_name`` reports."""
@@ -71,6 +78,7 @@ def predict(model: str, batch: int, precision: str, device_name: str,
         raise ValueError(f"{device_name!r} is not a GPU in scalelab's catalog")
     side = side_of(model)
     ops = step_ops(WorkloadSpec(model=model, input_shape=(3, side, side)), batch)
+    ops = replace(ops, channels_last=channels_last(model, precision))  # as measured
     est = estimate_step(ops, dev.name, precision, host_s_per_op=host_s_per_op)
     return {"device": dev.name, "predicted_step_s": est.step_s, "band": est.band,
             "bound": est.bound, "host_s": est.host_s, "device_s": est.device_s}
@@ -100,7 +108,7 @@ def measure(model: str, batch: int, precision: str, warmup: int, steps: int) -> 
     side = side_of(model)
     x = torch.randn(batch, 3, side, side, device="cuda")
     y = torch.randint(0, 1000, (batch,), device="cuda")
-    if precision == "bf16" and model != "vit_b_16":
+    if channels_last(model, precision):
         net = net.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)

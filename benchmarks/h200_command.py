@@ -4,7 +4,9 @@ For each row of ``tests/data/h200-torchvision-b128.jsonl`` (one training step of
 torchvision model on one H200, fp32 = PyTorch's defaults, bf16 = autocast + channels_last),
 a workload file is written with the model, batch 128, ``device = "cpu"`` and the step
 measured on this machine's CPU (one warm-up step, then the median of ``--repeats`` steps;
-``--cpu-steps FILE`` reuses the steps of an earlier run's JSON), and
+``--cpu-steps FILE`` reuses the steps of an earlier run's JSON, in the same memory format),
+with ``algorithm = "channels_last"`` for the rows the GPU ran in channels_last (the CPU step
+is then measured in it too, and the plan keeps the format for the H200), and
 
     scalelab plan --workload W.toml --nodes 1 --gpus-per-node 1 --device H200 \\
         [--precision bf16] --json
@@ -43,8 +45,14 @@ def rows(path: Path = DATA) -> list[dict]:
     return out
 
 
-def cpu_step_s(model: str, batch: int, side: int, repeats: int) -> float:
-    """The median training step of ``model`` at ``batch`` on this CPU (SGD, cross entropy)."""
+def channels_last(row: dict) -> bool:
+    """Whether the H200 ran the row in channels_last (bf16 rows but vit_b_16's)."""
+    return row["precision"] == "bf16" and row["model"] != "vit_b_16"
+
+
+def cpu_step_s(model: str, batch: int, side: int, repeats: int, nhwc: bool = False) -> float:
+    """The median training step of ``model`` at ``batch`` on this CPU (SGD, cross entropy),
+    in channels_last with ``nhwc``."""
     import torch
 
     from scalelab.workload import WorkloadSpec, logits_of
@@ -53,6 +61,9 @@ def cpu_step_s(model: str, batch: int, side: int, repeats: int) -> float:
     net = spec.build_model(seed=0)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, 3, side, side)
+    if nhwc:
+        net = net.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, spec.num_classes, (batch,))
     loss_fn = spec.loss_fn()
     times = []
@@ -73,7 +84,8 @@ def predict(row: dict, step_s: float) -> dict:
         side = row.get("side", 224)
         w.write_text(f'model = "{row["model"]}"\nbatch_size = {row["batch"]}\n'
                      f"step_s = {step_s!r}\ndevice = \"cpu\"\n"
-                     f"input_shape = [3, {side}, {side}]\n")
+                     f"input_shape = [3, {side}, {side}]\n"
+                     + ('algorithm = "channels_last"\n' if channels_last(row) else ""))
         cmd = [sys.executable, "-m", "scalelab", "plan", "--workload", str(w), "--nodes", "1",
                "--gpus-per-node", "1", "--device", "H200", "--json", "--out",
                str(Path(tmp) / "plan.json")]
@@ -98,22 +110,22 @@ def main() -> int:
     args = ap.parse_args()
     known = {}
     if args.cpu_steps:
-        known = {(r["model"], r["batch"]): r["cpu_step_s"]
+        known = {(r["model"], r["batch"], r.get("channels_last", False)): r["cpu_step_s"]
                  for r in json.loads(Path(args.cpu_steps).read_text())["rows"]}
     out = []
     print(f"{'model':14} {'prec':5} {'cpu s':>7} {'meas ms':>8} {'pred ms':>8} {'error':>7} "
           f"{'band':>13} in")
     for row in rows():
-        key = (row["model"], row["batch"])
+        key = (row["model"], row["batch"], channels_last(row))
         if key not in known:
             known[key] = cpu_step_s(row["model"], row["batch"], row.get("side", 224),
-                                    args.repeats)
+                                    args.repeats, nhwc=key[2])
         p = predict(row, known[key])
         err = p["predicted_step_s"] / row["step_s"] - 1.0
         inside = (p["low_s"] is not None and p["low_s"] <= row["step_s"] <= p["high_s"])
         r = {"model": row["model"], "precision": row["precision"], "batch": row["batch"],
-             "cpu_step_s": known[key], "measured_step_s": row["step_s"], **p, "error": err,
-             "within_band": inside}
+             "channels_last": key[2], "cpu_step_s": known[key],
+             "measured_step_s": row["step_s"], **p, "error": err, "within_band": inside}
         out.append(r)
         band = (f"{p['low_s'] * 1e3:.1f}-{p['high_s'] * 1e3:.1f}" if p["low_s"] is not None
                 else "-")

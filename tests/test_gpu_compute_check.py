@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,12 @@ def test_the_prediction_is_the_plans_for_a_cpu_workload(check):
     from scalelab.opcount import step_ops
 
     row = check.predict("resnet18", 32, "bf16", "NVIDIA H200", 30e-6)
-    est = estimate_step(step_ops("resnet18", 32), "H200", "bf16", host_s_per_op=30e-6)
+    # measured in channels_last, so predicted in it: NCHW convolutions under autocast differ
+    ops = replace(step_ops("resnet18", 32), channels_last=True)
+    est = estimate_step(ops, "H200", "bf16", host_s_per_op=30e-6)
     assert row["device"] == "H200" and row["predicted_step_s"] == pytest.approx(est.step_s)
+    nchw = estimate_step(step_ops("resnet18", 32), "H200", "bf16", host_s_per_op=30e-6)
+    assert nchw.device_s != pytest.approx(est.device_s)
     assert row["host_s"] == pytest.approx(step_ops("resnet18", 32).host_ops("bf16") * 30e-6)
     assert check.side_of("inception_v3") == 299 and check.side_of("vgg16") == 224
     with pytest.raises(ValueError, match="not a GPU"):

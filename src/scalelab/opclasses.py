@@ -9,7 +9,11 @@ from __future__ import annotations
 
 # Operation classes: kernels of one class reach similar fractions of a device's peaks.
 OP_CLASSES = ("conv", "conv_grouped", "matmul", "attention", "norm", "elementwise", "pool",
-              "optimizer")
+              "optimizer", "conv_nchw")
+"""``conv_nchw``: a dense convolution on fp16/bf16 tensor cores with NCHW tensors (the
+model not in channels_last), which cuDNN runs slower than the same convolution in NHWC;
+never counted as such, the roofline gives a dense convolution this class
+(:func:`scalelab.hardware.curve.roofline_ops`)."""
 _CONV_OPS = {"convolution", "convolution_backward", "_convolution", "cudnn_convolution"}
 _MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear"}
 _NORM_PREFIXES = ("native_batch_norm", "_native_batch_norm", "cudnn_batch_norm",

@@ -44,6 +44,9 @@ class StepOps:
     param_count: int
     ops: tuple[OpCost, ...]
     cast_weights: int = 0  # parameter tensors autocast casts to fp16/bf16 (conv, linear)
+    channels_last: bool = False
+    """The model and its batches in channels_last (NHWC) memory format: the configuration's,
+    set where it is known (the counting is the same either way)."""
 
     @property
     def flops(self) -> float:

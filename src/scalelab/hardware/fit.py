@@ -62,6 +62,7 @@ import numpy as np
 from scalelab import hardware
 from scalelab.hardware.curve import (  # noqa: F401 - the fit's public names, re-exported
     FIT_CLASSES,
+    _classes,
     _Curve,
     _Grid,
     compute_peaks,
@@ -318,7 +319,8 @@ def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict) -> dict:
 # Operation-class factors fitted (k_c: compute-bound kernels, k_m: memory-bound ones); dense
 # convolutions and element-wise operations are the reference (1, 1).
 FREE_FACTORS = (("matmul", 0), ("conv_grouped", 0), ("attention", 0), ("conv", 1),
-                ("conv_grouped", 1), ("norm", 1), ("pool", 1), ("optimizer", 1))
+                ("conv_grouped", 1), ("norm", 1), ("pool", 1), ("optimizer", 1),
+                ("conv_nchw", 0), ("conv_nchw", 1))
 _K_GRID = np.logspace(math.log10(0.25), math.log10(4.0), 9)
 # Fit classes whose operation-class factors are fitted: only where the reference has many
 # models on more than one device (fp16/bf16: timm's 21 models on an RTX 3090, six on an
@@ -340,7 +342,7 @@ def _fit_factors(groups: dict, priors: dict, cls: str, e_u: dict) -> tuple:
     points of several models ask for it; ties keep the current value, so a class no point
     exercises stays 1)."""
     mine = {k: ps for k, ps in groups.items() if k[1] == cls}
-    present = {o.op_class for ps in mine.values() for p in ps for o in p.ops().ops}
+    present = set().union(*(_classes(p) for ps in mine.values() for p in ps))
 
     def loss(factors):
         prior = _LAMBDA_K * sum(math.log(kc) ** 2 + math.log(km) ** 2 for _, kc, km in factors)

@@ -28,9 +28,13 @@ class RefPoint:
     framework: str = "pytorch"
     group: str = ""
     input_shape: tuple[int, ...] = (3, 224, 224)
+    memory_format: str = "nchw"  # "nhwc": the model and batches in channels_last
 
     def __post_init__(self):
         object.__setattr__(self, "input_shape", tuple(int(x) for x in self.input_shape))
+        if self.memory_format not in ("nchw", "nhwc"):
+            raise ValueError(f"{self.device} {self.model}: memory_format must be nchw or "
+                             f"nhwc, got {self.memory_format!r}")
         if self.precision not in PRECISION_MODES:
             raise ValueError(f"{self.device}: precision {self.precision!r} is not one of "
                              f"{', '.join(PRECISION_MODES)}")
@@ -49,14 +53,18 @@ class RefPoint:
     @property
     def key(self) -> tuple:
         return (self.model, self.input_shape, self.device, self.precision, self.batch,
-                self.samples_per_s, self.group)
+                self.samples_per_s, self.group, self.memory_format)
 
     def ops(self):
-        """The operations of one training step of this point's workload."""
+        """The operations of one training step of this point's workload, in its memory
+        format."""
+        from dataclasses import replace
+
         from scalelab.opcache import step_ops
         from scalelab.workload import WorkloadSpec
 
-        return step_ops(WorkloadSpec(self.model, input_shape=self.input_shape), self.batch)
+        ops = step_ops(WorkloadSpec(self.model, input_shape=self.input_shape), self.batch)
+        return replace(ops, channels_last=self.memory_format == "nhwc")
 
 
 @dataclass(frozen=True)

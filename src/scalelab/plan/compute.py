@@ -25,6 +25,24 @@ def precision_of(algorithm: str | None) -> str:
     return "fp32"
 
 
+def in_format(ops, inp: PlanInput):
+    """``ops`` in the memory format of the measured configuration: channels_last where its
+    ``algorithm`` names it, else NCHW (PyTorch's default). The target is assumed to train in
+    the same format; under fp16/bf16 autocast NCHW convolutions take their own fitted
+    factors (:func:`scalelab.hardware.curve.roofline_ops`)."""
+    from dataclasses import replace
+
+    return replace(ops, channels_last="channels_last" in (inp.algorithm or "").split("+"))
+
+
+def _format_note(ops, precision: str) -> str:
+    """Which memory format the convolutions were estimated in, where it matters (autocast)."""
+    if precision not in ("fp16", "bf16"):
+        return ""
+    return ", channels_last" if ops.channels_last else \
+        ", NCHW: the configuration does not name channels_last"
+
+
 def default_precision_note(device: hardware.Device) -> str:
     """What PyTorch's default ("fp32") means on ``device``: cuDNN runs convolutions in TF32
     where the device has TF32 units (``torch.backends.cudnn.allow_tf32`` defaults to True),
@@ -136,8 +154,8 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
             or target.memory_bandwidth_Bps is None:
         return None
     try:
-        ops = step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
-                                    num_classes=inp.num_classes), batch_size)
+        ops = in_format(step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
+                                              num_classes=inp.num_classes), batch_size), inp)
     except ValueError:
         return None
     mode = precision
@@ -146,7 +164,7 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
     est = estimate_step(ops, target.name, mode, source_device=inp.device,
                         source_step_s=step_s, source_precision=source_precision(inp), f=f, b=b,
                         host_s_per_op=host_s)
-    how = f"compute estimated for {target.name} ({mode}: {why}): {est.how}"
+    how = f"compute estimated for {target.name} ({mode}{_format_note(ops, mode)}: {why}): {est.how}"
     warnings = _host_warning(target, est) + (() if est.source_device and "not used" not in
                                              est.how else (
         f"assumption: {inp.device or 'the source'} is not a GPU in the catalog, so "
@@ -173,8 +191,8 @@ def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluste
     ops = None
     if inp.model and batch_size >= 2:
         try:
-            ops = step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
-                                        num_classes=inp.num_classes), batch_size)
+            ops = in_format(step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
+                                                  num_classes=inp.num_classes), batch_size), inp)
         except ValueError:
             ops = None
     if ops is not None:
