@@ -121,3 +121,6 @@ def test_cli_fit_shows_fractions_and_bands(capsys):
     assert all(0 < r["e_c"] <= 1 and 0 < r["e_m"] <= 1 and r["band"] >= 0
                for r in d["devices"])
     assert d["launch_s"] > 0 and all(p["source"] for p in d["points"])
+    nchw = [r for r in d["factors"] if r["op_class"] == "conv_nchw"]
+    assert [r["units"] for r in nchw] == ["half"] and min(nchw[0]["k_c"], nchw[0]["k_m"]) < 1
+    assert {p["memory_format"] for p in d["points"]} == {"nchw", "nhwc"}

@@ -128,8 +128,11 @@ def run_fit(args) -> int:
             for (d, c), v in sorted(f.devices.items())]
     pooled = [{"units": c, "e_c": v.e_c, "e_m": v.e_m, "band_unseen": b.unseen.get(c)}
               for c, v in sorted(f.pooled.items())]
+    factors = [{"units": c, "op_class": name, "k_c": kc, "k_m": km}
+               for c, fs in sorted(f.factors.items()) for name, kc, km in fs]
     if args.json:
-        print(json.dumps({"devices": rows, "pooled": pooled, "launch_s": ref.launch_s,
+        print(json.dumps({"devices": rows, "pooled": pooled, "factors": factors,
+                          "launch_s": ref.launch_s,
                           "points": [vars(p) for p in ref.points]}, indent=2))
         return 0
     t = Table(title=f"roofline fractions fitted to {len(ref.points)} published points",
@@ -150,4 +153,9 @@ def run_fit(args) -> int:
     out.print("host us/op: the host's time per operation fitted with the device's fractions "
               "(its points' steps floored at operations x it); '(n set)': points it sets")
     out.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
+    for c in sorted({r["units"] for r in factors}):
+        each = ", ".join(f"{r['op_class']} x{r['k_c']:.2f} compute, x{r['k_m']:.2f} memory"
+                         for r in factors if r["units"] == c)
+        out.print(f"operation classes on {c} units, on e_c and e_m (others x1): {each}; "
+                  "conv_nchw: a dense convolution not in channels_last")
     return 0
