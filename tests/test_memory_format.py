@@ -69,8 +69,8 @@ def test_the_plan_keeps_the_measured_configurations_format_and_says_which():
     cl, plain = compute("channels_last"), compute("default")
     assert cl.estimate and plain.estimate and not (cl.host_bound or plain.host_bound)
     assert cl.compute_s < plain.compute_s
-    assert "(bf16, channels_last:" in cl.reasons[0]
-    assert "NCHW: the configuration does not name channels_last" in plain.reasons[0]
+    assert "(bf16, channels_last as measured:" in cl.reasons[0]
+    assert "NCHW convolutions as measured (no channels_last" in plain.reasons[0]
     ops = step_ops("resnet50", batch)
     for tc, o in ((cl, replace(ops, channels_last=True)), (plain, ops)):
         assert tc.compute_s == pytest.approx(estimate_step(o, "H200", "bf16").step_s)

@@ -39,8 +39,8 @@ def _format_note(ops, precision: str) -> str:
     """Which memory format the convolutions were estimated in, where it matters (autocast)."""
     if precision not in ("fp16", "bf16"):
         return ""
-    return ", channels_last" if ops.channels_last else \
-        ", NCHW: the configuration does not name channels_last"
+    return ", channels_last as measured" if ops.channels_last else \
+        ", NCHW convolutions as measured (no channels_last in the configuration)"
 
 
 def default_precision_note(device: hardware.Device) -> str:
