@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import gpu_compute_check  # this folder is on the path when run as a script
+
 from scalelab.results import write_text_atomic
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "h200-torchvision-b128.jsonl"
@@ -46,8 +48,9 @@ def rows(path: Path = DATA) -> list[dict]:
 
 
 def channels_last(row: dict) -> bool:
-    """Whether the H200 ran the row in channels_last (bf16 rows but vit_b_16's)."""
-    return row["precision"] == "bf16" and row["model"] != "vit_b_16"
+    """Whether the H200 ran the row in channels_last: the shared file's method, as
+    ``gpu_compute_check.py`` measures it."""
+    return gpu_compute_check.channels_last(row["model"], row["precision"])
 
 
 def cpu_step_s(model: str, batch: int, side: int, repeats: int, nhwc: bool = False) -> float:

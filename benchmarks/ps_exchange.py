@@ -304,9 +304,9 @@ def main(argv=None) -> int:
           f"against the best B of the whole run: {worst:.2f}; load average "
           f"{load_before:.1f} -> {load_after:.1f} on {cpus} cores")
     if any(r["gloo_apply_s"] for r in rows):
-        floor = max(r["gloo_apply_ratio_half_paired"] for r in rows)
+        bare = max(r["gloo_apply_ratio_half_paired"] for r in rows)
         print(f"Gloo with the servers' sum and optimizer step and nothing else (no runner, no "
-              f"model, nothing to overlap with): worst paired {floor:.2f} of the bound")
+              f"model, nothing to overlap with): worst paired {bare:.2f} of the bound")
     result = {"benchmark": "ps_exchange", "torch": torch.__version__, "cpus": cpus,
               "network": args.rate or "loopback", "threads": args.threads,
               "transport": args.transport,

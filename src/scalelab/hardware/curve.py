@@ -61,7 +61,7 @@ def roofline_ops(ops: StepOps, device: hardware.Device, precision: str) -> list[
     Memory format: under autocast a dense convolution of a model not in channels_last
     (``ops.channels_last`` false) is of class ``conv_nchw``, with factors of its own (cuDNN's
     fp16/bf16 kernels work in NHWC: timm's RTX 3090 tables train the same models 0-51%
-    faster in NHWC, the convolutional ones 15-51%).
+    faster in NHWC, the convolutional ones 13-51%).
 
     Units: where the step's convolutions run on tensor cores (fit class "tf32" or "half"),
     an operation with FLOPs at the FP32 peak runs on the FP32 units (an SGEMM in fp32, a
@@ -72,7 +72,7 @@ def roofline_ops(ops: StepOps, device: hardware.Device, precision: str) -> list[
     peaks = {"conv": conv, "matmul": mm, "attention": mm}
     fp32 = device.peak_flops("fp32")
     other_units = fit_class(device.name, precision) != "cuda-core"
-    nchw = precision in _HALF and not getattr(ops, "channels_last", False)
+    nchw = precision in _HALF and not ops.channels_last
     out = []
     for o in ops.ops:
         full = o.phase == "optimizer" or o.name in AUTOCAST_FP32_OPS

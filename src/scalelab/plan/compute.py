@@ -32,7 +32,10 @@ def in_format(ops, inp: PlanInput):
     factors (:func:`scalelab.hardware.curve.roofline_ops`)."""
     from dataclasses import replace
 
-    return replace(ops, channels_last="channels_last" in (inp.algorithm or "").split("+"))
+    from scalelab.algorithm_names import is_name, parse
+
+    name = inp.algorithm or "default"
+    return replace(ops, channels_last=is_name(name) and "channels_last" in parse(name))
 
 
 def _format_note(ops, precision: str) -> str:
