@@ -17,7 +17,9 @@ this machine's CPU, :func:`scalelab.profiler.host.measure_host_s_per_op`).
     python benchmarks/gpu_compute_check.py --out gpu-check-out/compute.json
     python benchmarks/gpu_compute_check.py --models resnet50,vit_b_16 --batches 32,128
 
-Without CUDA it says so in one line and exits 2.
+The output file is written again after every row (``"complete": false`` until the last),
+so a run stopped by a time cap keeps the rows it measured. Without CUDA it says so in one
+line and exits 2.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
               "run it on a machine with a GPU", file=sys.stderr)
         return 2
     from scalelab.profiler.host import measure_host_s_per_op
+    from scalelab.results import write_text_atomic
 
     name = torch.cuda.get_device_name(0)
     host = measure_host_s_per_op()
@@ -170,6 +173,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'model':16} {'prec':5} {'batch':>5} {'meas ms':>8} {'pred ms':>8} {'error':>7} "
           f"{'band':>5} bound")
     rows = []
+    out = Path(args.out)
+
+    def save(complete: bool) -> None:
+        # after every row, atomically: a check stopped by its time cap keeps what it measured
+        write_text_atomic(out, json.dumps(
+            {"benchmark": "gpu_compute_check", "gpu": name, "torch": torch.__version__,
+             "host": host.to_dict(), "complete": complete, "rows": rows,
+             "summary": summarize(rows)}, indent=2))
+
     for model in models:
         for precision in precisions:
             for batch in batches:
@@ -184,21 +196,19 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.empty_cache()
                     print(f"{model:16} {precision:5} {batch:5d} skipped: {row['error_text']}")
                     rows.append(row)
+                    save(False)
                     continue
                 err = row["predicted_step_s"] / row["measured_step_s"] - 1
                 print(f"{model:16} {precision:5} {batch:5d} {row['measured_step_s'] * 1e3:8.2f} "
                       f"{row['predicted_step_s'] * 1e3:8.2f} {err:+7.1%} {row['band']:5.0%} "
                       f"{row['bound']}")
                 rows.append(row)
+                save(False)
     s = summarize(rows)
     if s["points"]:
         print(f"{s['points']} points: median |error| {s['median_abs_error']:.1%}, max "
               f"{s['max_abs_error']:.1%}, within band {s['within_band']:.0%}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"benchmark": "gpu_compute_check", "gpu": name,
-                               "torch": torch.__version__, "host": host.to_dict(),
-                               "rows": rows, "summary": s}, indent=2))
+    save(True)
     print(f"wrote {out}")
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -61,3 +62,33 @@ def test_summary(check):
     assert s["points"] == 3 and s["median_abs_error"] == pytest.approx(0.1)
     assert s["max_abs_error"] == pytest.approx(0.5) and s["within_band"] == pytest.approx(2 / 3)
     assert check.summarize([]) == {"points": 0}
+
+
+def test_every_row_is_on_disk_before_the_next_is_measured(check, monkeypatch, tmp_path):
+    """A check stopped by gpu_check.sh's time cap keeps the rows it measured."""
+    from types import SimpleNamespace
+
+    import scalelab.profiler.host as host_mod
+
+    out = tmp_path / "c.json"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(host_mod, "measure_host_s_per_op", lambda: SimpleNamespace(
+        s_per_op=30e-6, method="stub", to_dict=lambda: {"s_per_op": 30e-6}))
+    seen = []
+
+    def fake_measure(model, batch, precision, warmup, steps):
+        seen.append(len(json.loads(out.read_text())["rows"]) if out.exists() else None)
+        if batch == 64:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2 GiB\nmore text")
+        return 0.01 * batch / 32
+
+    monkeypatch.setattr(check, "measure", fake_measure)
+    assert check.main(["--models", "resnet18", "--batches", "32,64,128", "--precisions",
+                       "fp32", "--out", str(out)]) == 0
+    assert seen == [None, 1, 2]  # each measurement starts with every earlier row written
+    got = json.loads(out.read_text())
+    assert got["complete"] and [r["batch"] for r in got["rows"]] == [32, 64, 128]
+    assert got["rows"][1]["error_text"] == "CUDA out of memory. Tried to allocate 2 GiB"
+    assert got["summary"]["points"] == 2
