@@ -11,8 +11,10 @@ inception_v3 runs at 299x299, every other model at 224x224.
 
 The prediction is what ``scalelab plan --workload W.toml --nodes 1 --gpus-per-node 1
 --device GPU [--precision bf16]`` gives for a workload measured on a CPU: the roofline with
-the fitted fractions alone, floored at the host's time (its time per operation measured on
-this machine's CPU, :func:`scalelab.profiler.host.measure_host_s_per_op`).
+the fitted fractions alone, floored at the host's time per operation that the plan takes
+from a profile made on this machine (:func:`scalelab.plan.compute.carried_host_s_per_op`):
+the GPU's own, fitted to its reference rows where their host set the step, else the one
+measured on this machine's CPU (:func:`scalelab.profiler.host.measure_host_s_per_op`).
 
     python benchmarks/gpu_compute_check.py --out gpu-check-out/compute.json
     python benchmarks/gpu_compute_check.py --models resnet50,vit_b_16 --batches 32,128
@@ -73,6 +75,7 @@ def predict(model: str, batch: int, precision: str, device_name: str,
     from scalelab import hardware
     from scalelab.hardware.estimate import estimate_step
     from scalelab.opcount import step_ops
+    from scalelab.plan.compute import carried_host_s_per_op
     from scalelab.workload import WorkloadSpec
 
     dev = hardware.match_device(device_name)
@@ -81,9 +84,12 @@ def predict(model: str, batch: int, precision: str, device_name: str,
     side = side_of(model)
     ops = step_ops(WorkloadSpec(model=model, input_shape=(3, side, side)), batch)
     ops = replace(ops, channels_last=channels_last(model, precision))  # as measured
-    est = estimate_step(ops, dev.name, precision, host_s_per_op=host_s_per_op)
+    # the host time a plan takes from a profile made here (the GPU's own fitted one first)
+    h, note = carried_host_s_per_op(dev, host_s_per_op, "profile", "this machine's CPU")
+    est = estimate_step(ops, dev.name, precision, host_s_per_op=h)
     return {"device": dev.name, "predicted_step_s": est.step_s, "band": est.band,
-            "bound": est.bound, "host_s": est.host_s, "device_s": est.device_s}
+            "bound": est.bound, "host_s": est.host_s, "device_s": est.device_s,
+            "host_s_per_op": h, "host_note": note}
 
 
 def summarize(rows: list[dict]) -> dict:

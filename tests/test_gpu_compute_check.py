@@ -38,16 +38,22 @@ def test_bad_arguments_are_one_line(check, capsys):
 
 def test_the_prediction_is_the_plans_for_a_cpu_workload(check):
     from scalelab.hardware.estimate import estimate_step
+    from scalelab.hardware.fit import fit
     from scalelab.opcount import step_ops
 
     row = check.predict("resnet18", 32, "bf16", "NVIDIA H200", 30e-6)
+    # the host time a plan takes from a profile: the H200's own fitted one, not the CPU's
+    h = fit().own_host_s_per_op("H200")[0]
     # measured in channels_last, so predicted in it: NCHW convolutions under autocast differ
     ops = replace(step_ops("resnet18", 32), channels_last=True)
-    est = estimate_step(ops, "H200", "bf16", host_s_per_op=30e-6)
+    est = estimate_step(ops, "H200", "bf16", host_s_per_op=h)
     assert row["device"] == "H200" and row["predicted_step_s"] == pytest.approx(est.step_s)
-    nchw = estimate_step(step_ops("resnet18", 32), "H200", "bf16", host_s_per_op=30e-6)
+    nchw = estimate_step(step_ops("resnet18", 32), "H200", "bf16", host_s_per_op=h)
     assert nchw.device_s != pytest.approx(est.device_s)
-    assert row["host_s"] == pytest.approx(step_ops("resnet18", 32).host_ops("bf16") * 30e-6)
+    assert row["host_s_per_op"] == h and "not the profile's 30 us" in row["host_note"]
+    assert row["host_s"] == pytest.approx(step_ops("resnet18", 32).host_ops("bf16") * h)
+    other = check.predict("resnet18", 32, "bf16", "NVIDIA A100-SXM4-80GB", 30e-6)
+    assert other["device"] == "A100-SXM-80GB" and other["host_s_per_op"] == 30e-6
     assert check.side_of("inception_v3") == 299 and check.side_of("vgg16") == 224
     with pytest.raises(ValueError, match="not a GPU"):
         check.predict("resnet18", 32, "fp32", "Some Unknown Accelerator", 30e-6)

@@ -111,3 +111,33 @@ def test_the_plan_takes_the_target_hosts_fitted_time_when_none_is_measured():
     assert tc.host_bound
     assert tc.compute_s == pytest.approx(step_ops("resnet18", 4).host_ops("bf16") * h)
     assert any(f"{h * 1e6:.3g} us, fitted to H200's reference points" in r for r in tc.reasons)
+
+
+def test_a_profiles_cpu_host_time_yields_to_the_targets_fitted_one():
+    """A profile times CPU operations that launch no GPU kernel: where the target's own rows
+    show its host's issue time, the plan takes that, and says so; elsewhere the profile's."""
+    from dataclasses import replace
+
+    from scalelab.hardware.fit import fit
+
+    profile = replace(workload_from_dict({"model": "resnet18", "batch_size": 4, "step_s": 0.5,
+                                          "device": "cpu"}), source="profile",
+                      host_s_per_op=20e-6)
+    n = step_ops("resnet18", 4).host_ops("bf16")
+    h200 = Cluster(nodes=1, gpus_per_node=1, device="H200", network="100GbE",
+                   architecture="allreduce")
+    h = fit().own_host_s_per_op("H200")[0]
+    tc = target_compute(profile, 0.5, 4, h200, PlanOptions(precision="bf16"))
+    assert tc.host_bound and tc.compute_s == pytest.approx(n * h) and h != 20e-6
+    assert any("fitted to H200's reference points" in r and "not the profile's 20 us" in r
+               for r in tc.reasons)
+    # a device whose rows never sat on their host's floor takes the profile's time
+    a100 = replace(h200, device="A100-SXM-80GB")
+    assert fit().own_host_s_per_op("A100-SXM-80GB") is None
+    tc = target_compute(profile, 0.5, 4, a100, PlanOptions(precision="bf16"))
+    assert tc.host_s == pytest.approx(n * 20e-6)
+    assert any("20 us, as measured where the step was (cpu)" in r for r in tc.reasons)
+    # a workload file's figure is the user's: it stands even where a fitted one exists
+    stated = replace(profile, source="workload")
+    tc = target_compute(stated, 0.5, 4, h200, PlanOptions(precision="bf16"))
+    assert tc.compute_s == pytest.approx(n * 20e-6)

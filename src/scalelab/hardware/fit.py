@@ -134,16 +134,24 @@ class Fit:
         """(the host's time per operation for steps on ``device``, where it comes from).
 
         Fitted with the device's fractions where its own points show their host setting the
-        step (the class with the most such points, :func:`_fit_device`); else the packaged
-        measurement (``reference.toml`` [host])."""
-        own = [(v.host_bound, name, c, v) for (name, c), v in sorted(self.devices.items())
-               if name == device and v.host_bound]
-        if own:
-            n, name, c, v = max(own, key=lambda t: t[0])
-            return v.host_s_per_op, (f"fitted to {name}'s reference points ({c} class: "
-                                     f"{v.points} points, {n} set by their host)")
+        step (:meth:`own_host_s_per_op`); else the packaged measurement (``reference.toml``
+        [host])."""
+        own = self.own_host_s_per_op(device)
+        if own is not None:
+            return own
         ref = reference()
         return ref.host_s_per_op, f"scalelab's packaged measurement ({ref.host_source})"
+
+    def own_host_s_per_op(self, device: str) -> tuple[float, str] | None:
+        """(h, where) fitted to ``device``'s own points where their host sets some of their
+        steps (the class with the most such points, :func:`_fit_device`), else None."""
+        own = [(v.host_bound, name, c, v) for (name, c), v in sorted(self.devices.items())
+               if name == device and v.host_bound]
+        if not own:
+            return None
+        n, name, c, v = max(own, key=lambda t: t[0])
+        return v.host_s_per_op, (f"fitted to {name}'s reference points ({c} class: "
+                                 f"{v.points} points, {n} set by their host)")
 
     def curve(self, p: RefPoint) -> _Curve:
         """Point ``p``'s curve R(e_c, e_m) under this fit: its classes' factors, its FP32
