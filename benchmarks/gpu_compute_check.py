@@ -9,12 +9,13 @@ benchmark off); bf16 is ``torch.autocast('cuda', dtype=torch.bfloat16)`` around 
 loss, with model and input in channels_last for the convolutional networks (not vit_b_16).
 inception_v3 runs at 299x299, every other model at 224x224.
 
-The prediction is what ``scalelab plan --workload W.toml --nodes 1 --gpus-per-node 1
---device GPU [--precision bf16]`` gives for a workload measured on a CPU: the roofline with
-the fitted fractions alone, floored at the host's time per operation that the plan takes
-from a profile made on this machine (:func:`scalelab.plan.compute.carried_host_s_per_op`):
-the GPU's own, fitted to its reference rows where their host set the step, else the one
-measured on this machine's CPU (:func:`scalelab.profiler.host.measure_host_s_per_op`).
+The prediction is what ``scalelab plan --profile P.json --nodes 1 --gpus-per-node 1
+--device GPU [--precision bf16]`` gives for a profile made on this machine's CPU: the
+roofline with the fitted fractions alone (a CPU step says nothing of a GPU's kernels),
+floored at the host's time per operation the plan takes from such a profile
+(:func:`scalelab.plan.compute.carried_host_s_per_op`): the GPU's own, fitted to its
+reference rows where their host set the step, else the one measured on this machine's CPU
+(:func:`scalelab.profiler.host.measure_host_s_per_op`).
 
     python benchmarks/gpu_compute_check.py --out gpu-check-out/compute.json
     python benchmarks/gpu_compute_check.py --models resnet50,vit_b_16 --batches 32,128

@@ -149,7 +149,8 @@ def carried_host_s_per_op(target: hardware.Device, measured: float | None = None
     where_measured = f"as measured where the step was ({measured_on})"
     if measured and source != "profile":
         return measured, _host_line(target, measured, where_measured)
-    own = fit_and_bands()[0].own_host_s_per_op(target.name)
+    f = fit_and_bands()[0]
+    own = f.own_host_s_per_op(target.name)
     if own is not None:
         h, where = own
         if measured:
@@ -158,7 +159,7 @@ def carried_host_s_per_op(target: hardware.Device, measured: float | None = None
         return h, _host_line(target, h, where)
     if measured:
         return measured, _host_line(target, measured, where_measured)
-    h, where = fit_and_bands()[0].host_s_per_op(target.name)
+    h, where = f.host_s_per_op(target.name)
     return h, _host_line(target, h, where)
 
 
