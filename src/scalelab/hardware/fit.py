@@ -257,11 +257,23 @@ _PAIRS = _Grid(_GRID)  # every (e_c, e_m) of the grid
 
 
 @lru_cache(maxsize=1024)
-def _log_device_grid(c: _Curve) -> np.ndarray:
-    """ln R(e_c, e_m) of curve ``c`` (the device's time alone) over the whole grid, kept:
-    the leave-one-out fits of the bands ask for the same curves again (about 19,000 grids,
-    some 600 different)."""
-    out = np.log(c.device_grid_s(_PAIRS))
+def _misfit(c: _Curve, step_s: float) -> tuple[np.ndarray, float]:
+    """(ln R - ln T over the whole grid, its least value) for curve ``c`` (the device's time
+    alone) and the measured step ``step_s``, kept: the leave-one-out fits of the bands and the
+    operation classes' search ask for the same curves again (about 19,000 grids, some 600
+    different)."""
+    out = np.log(c.device_grid_s(_PAIRS)) - math.log(step_s)
+    out.setflags(write=False)
+    return out, float(out.min())
+
+
+@lru_cache(maxsize=64)
+def _prior_grid(prior: tuple[float, float]) -> np.ndarray:
+    """The prior's pull ``_LAMBDA * ((ln e_c - ln E_c)^2 + (ln e_m - ln E_m)^2)`` over the
+    whole grid, kept (the fits ask for a few priors many thousand times)."""
+    ec, em = _PAIRS.e_c, _PAIRS.e_m
+    out = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
+                     + (np.log(em) - math.log(prior[1])) ** 2)
     out.setflags(write=False)
     return out
 
@@ -271,34 +283,37 @@ def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors:
     """[(e_c, e_m, loss, h)] of one device's points with the classes' ``factors`` and the
     FP32 units' fraction ``e_u``, for each host time per operation h in ``hosts`` (default
     :func:`_host_grid`); the loss includes h's pull toward h0."""
-    ec, em = _PAIRS.e_c, _PAIRS.e_m
-    base = _LAMBDA * ((np.log(ec) - math.log(prior[0])) ** 2
-                      + (np.log(em) - math.log(prior[1])) ** 2)
+    base = _prior_grid((float(prior[0]), float(prior[1])))
     h0 = reference().host_s_per_op
     hosts = _host_grid(points, factors, e_u) if hosts is None else hosts
     curves = [point_curve(p, factors, e_u, h0) for p in points]
     # ln R - ln T with R the device's time alone; floored below by ln(floor) - ln T for each h
     # (ln is increasing: ln max(R, floor) = max(ln R, ln floor))
-    misfit = [_log_device_grid(c) - math.log(p.step_s) for p, c in zip(points, curves)]
-    lowest = [float(m.min()) for m in misfit]
+    misfit = [_misfit(c, p.step_s) for p, c in zip(points, curves)]
     unfloored = None  # (i, j, loss) without h's pull, for every h no point's floor reaches
     out = []
+    scratch = np.empty_like(base)
     for h in hosts:
         pull = _LAMBDA_H * math.log(h / h0) ** 2 if h0 > 0 else 0.0
         lows = [math.log(max(c.launch_floor_s, host_step_s(c.host_ops, h))) - math.log(p.step_s)
                 for p, c in zip(points, curves)]
-        if all(low <= least for low, least in zip(lows, lowest)):
+        if all(low <= least for low, (_, least) in zip(lows, misfit)):
             # max(m, low) is m everywhere: the same loss for all such h but for the pull
             if unfloored is None:
-                loss = base + sum(m ** 2 for m in misfit)
+                loss = base + sum(m * m for m, _ in misfit)
                 i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
                 unfloored = (i, j, float(loss[i, j]))
             i, j, least_loss = unfloored
             out.append((float(_GRID[i]), float(_GRID[j]), least_loss + pull, float(h)))
             continue
         loss = base + pull
-        for m, low in zip(misfit, lows):
-            loss = loss + np.maximum(m, low) ** 2
+        for (m, least), low in zip(misfit, lows):
+            if low <= least:  # max(m, low) is m everywhere
+                np.multiply(m, m, out=scratch)
+            else:
+                np.maximum(m, low, out=scratch)
+                scratch *= scratch
+            loss += scratch
         i, j = np.unravel_index(int(np.argmin(loss)), loss.shape)
         out.append((float(_GRID[i]), float(_GRID[j]), float(loss[i, j]), float(h)))
     return out
@@ -352,10 +367,15 @@ def _fit_factors(groups: dict, priors: dict, cls: str, e_u: dict) -> tuple:
     mine = {k: ps for k, ps in groups.items() if k[1] == cls}
     present = set().union(*(_classes(p) for ps in mine.values() for p in ps))
 
+    seen: dict[tuple, float] = {}  # a trial at a factor's current value is the current set
+
     def loss(factors):
-        prior = _LAMBDA_K * sum(math.log(kc) ** 2 + math.log(km) ** 2 for _, kc, km in factors)
-        fitted = _fit_machine(mine, priors, {cls: factors}, e_u)
-        return prior + sum(v[2] for v in fitted.values())
+        if factors not in seen:
+            prior = _LAMBDA_K * sum(math.log(kc) ** 2 + math.log(km) ** 2
+                                    for _, kc, km in factors)
+            fitted = _fit_machine(mine, priors, {cls: factors}, e_u)
+            seen[factors] = prior + sum(v[2] for v in fitted.values())
+        return seen[factors]
 
     factors: tuple = ()
     best = loss(factors)
