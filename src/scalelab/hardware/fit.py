@@ -260,8 +260,8 @@ _PAIRS = _Grid(_GRID)  # every (e_c, e_m) of the grid
 def _misfit(c: _Curve, step_s: float) -> tuple[np.ndarray, float]:
     """(ln R - ln T over the whole grid, its least value) for curve ``c`` (the device's time
     alone) and the measured step ``step_s``, kept: the leave-one-out fits of the bands and the
-    operation classes' search ask for the same curves again (about 19,000 grids, some 600
-    different)."""
+    operation classes' search ask for the same curves again (the packaged fit and its bands:
+    50,103 lookups, 6,674 computed)."""
     out = np.log(c.device_grid_s(_PAIRS)) - math.log(step_s)
     out.setflags(write=False)
     return out, float(out.min())
