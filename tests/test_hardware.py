@@ -124,3 +124,4 @@ def test_cli_fit_shows_fractions_and_bands(capsys):
     nchw = [r for r in d["factors"] if r["op_class"] == "conv_nchw"]
     assert [r["units"] for r in nchw] == ["half"] and min(nchw[0]["k_c"], nchw[0]["k_m"]) < 1
     assert {p["memory_format"] for p in d["points"]} == {"nchw", "nhwc"}
+    assert d["fit_source"].startswith("as shipped: fit.json")  # the package's fit is current

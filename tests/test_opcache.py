@@ -10,6 +10,7 @@ import pytest
 from scalelab import opcache, opcount, paths, workload
 from scalelab.hardware import bands as bandsmod
 from scalelab.hardware import fit as fitmod
+from scalelab.hardware import packaged
 from scalelab.workload import WorkloadSpec
 
 
@@ -181,6 +182,9 @@ def test_memory_components_are_cached(cache, monkeypatch):
 
 
 def test_fit_and_bands_are_cached(cache, monkeypatch):
+    """Where the package's own fit is stale (here: as if the code had changed since it was
+    written), the fit is computed once and kept on disk."""
+    monkeypatch.setattr(packaged, "current", lambda: None)
     calls = []
     monkeypatch.setattr(fitmod, "fit", lambda: calls.append("fit") or "F")
     monkeypatch.setattr(bandsmod, "bands", lambda: calls.append("bands") or "B")
@@ -189,6 +193,14 @@ def test_fit_and_bands_are_cached(cache, monkeypatch):
     assert opcache.fit_and_bands() == ("F", "B")
     assert calls == ["fit", "bands"]
     assert len(list((cache / "fit").glob("*.pkl"))) == 1
+
+
+def test_a_current_packaged_fit_is_used_without_counting(cache, monkeypatch):
+    monkeypatch.setattr(packaged, "current", lambda: ("PF", "PB"))
+    monkeypatch.setattr(fitmod, "fit", lambda: pytest.fail("fitted with the package's fit"))
+    monkeypatch.setattr(bandsmod, "bands", lambda: pytest.fail("bands with the package's"))
+    assert opcache.fit_and_bands() == ("PF", "PB")
+    assert not (cache / "fit").exists()
 
 
 def test_cache_dir_from_the_environment(tmp_path, monkeypatch):

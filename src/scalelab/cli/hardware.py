@@ -119,10 +119,15 @@ def run_show(args) -> int:
 def run_fit(args) -> int:
     """Per device and compute units: e_c, e_m, the points behind them, the error band."""
     out = _out()
+    from scalelab.hardware import packaged
     from scalelab.hardware.reference import reference
     from scalelab.opcache import fit_and_bands
 
     (f, b), ref = fit_and_bands(), reference()
+    shipped = packaged.read() if packaged.current() is not None else None
+    source = (f"as shipped: {packaged.PATH.name}, the reference models' operations counted "
+              f"with torch {shipped['torch']}" if shipped else
+              "fitted here (the package's copy is not this code's)")
     rows = [{"device": d, "units": c, "e_c": v.e_c, "e_m": v.e_m, "points": v.points,
              "band": b.seen[c], "host_s_per_op": v.host_s_per_op, "host_bound": v.host_bound}
             for (d, c), v in sorted(f.devices.items())]
@@ -132,7 +137,7 @@ def run_fit(args) -> int:
                for c, fs in sorted(f.factors.items()) for name, kc, km in fs]
     if args.json:
         print(json.dumps({"devices": rows, "pooled": pooled, "factors": factors,
-                          "launch_s": ref.launch_s,
+                          "fit_source": source, "launch_s": ref.launch_s,
                           "points": [vars(p) for p in ref.points]}, indent=2))
         return 0
     t = Table(title=f"roofline fractions fitted to {len(ref.points)} published points",
@@ -153,6 +158,7 @@ def run_fit(args) -> int:
     out.print("host us/op: the host's time per operation fitted with the device's fractions "
               "(its points' steps floored at operations x it); '(n set)': points it sets")
     out.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")
+    out.print(f"the fit: {source}")
     for c in sorted({r["units"] for r in factors}):
         each = ", ".join(f"{r['op_class']} x{r['k_c']:.2f} compute, x{r['k_m']:.2f} memory"
                          for r in factors if r["units"] == c)
