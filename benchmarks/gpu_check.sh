@@ -14,7 +14,8 @@
 #   4b. runner overhead: a bare training loop against scalelab run W=1 (all-reduce and PS),
 #      resnet50 at batches 32 and 128, fp32 defaults and channels_last+bf16_autocast
 #   4c. compute model: bare steps of 4 torchvision models at batches 32 and 128, fp32 and
-#      bf16, against the plan's prediction (benchmarks/gpu_compute_check.py)
+#      bf16, against the plan's prediction, and at 128 each operation class's kernel time
+#      against the roofline's (benchmarks/gpu_compute_check.py)
 #   5. scalelab profile resnet50 --device cuda --batch-sizes auto --algorithms auto
 #   6. scalelab plan --profile (the GPU profile), with its figure when matplotlib is there
 # It needs torch, torchvision (the models), rich (the command line) and, for parts, pytest
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --device) DEVICE=${2:-}; shift 2 ;;
     --device=*) DEVICE=${1#--device=}; shift ;;
     --quick) QUICK=1; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1 (--device cpu|cuda, --quick)" >&2; exit 2 ;;
   esac
 done
@@ -145,7 +146,7 @@ done
 # 4c. the compute model: bare steps of torchvision models against the plan's prediction
 if [ "$DEVICE" = cuda ] && [ "$HAVE_TV" = 1 ]; then
   RESERVE_S=100 step compute-check 90 "$PYTHON" benchmarks/gpu_compute_check.py \
-    --models resnet50,densenet121,mobilenet_v2,vit_b_16 --batches 32,128 \
+    --models resnet50,densenet121,mobilenet_v2,vit_b_16 --batches 32,128 --class-batches 128 \
     --out "$OUT/gpu_compute_check.json"
 else skip compute-check "needs CUDA and torchvision"; fi
 

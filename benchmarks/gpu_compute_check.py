@@ -20,6 +20,16 @@ reference rows where their host set the step, else the one measured on this mach
     python benchmarks/gpu_compute_check.py --out gpu-check-out/compute.json
     python benchmarks/gpu_compute_check.py --models resnet50,vit_b_16 --batches 32,128
 
+Where a step misses, which operations make it miss: ``--class-batches 128`` profiles one
+more step of each row at that batch (``torch.profiler``, CUDA activity, shapes recorded) and
+sets each operation class's kernel time beside the roofline's for that class
+(:func:`predicted_classes`, the plan's fractions and factors). A kernel belongs to the ATen
+operation that launched it, classed as the operation count classes it
+(:func:`scalelab.opclasses.op_class`; a convolution grouped or not by its recorded shapes,
+convolutions of inputs with at most 4 channels, a network's first layer, also summed apart;
+autocast's casts element-wise; the optimizer's step ``optimizer``). The kernels' total
+against the step says how long the device waited (launches, the host).
+
 The output file is written again after every row (``"complete": false`` until the last),
 so a run stopped by a time cap keeps the rows it measured. Without CUDA it says so in one
 line and exits 2.
@@ -75,6 +85,7 @@ def predict(model: str, batch: int, precision: str, device_name: str,
     """The plan's compute estimate for ``model`` on the GPU ``device_name`` reports."""
     from scalelab import hardware
     from scalelab.hardware.estimate import estimate_step
+    from scalelab.opcache import fit_and_bands
     from scalelab.opcount import step_ops
     from scalelab.plan.compute import carried_host_s_per_op
     from scalelab.workload import WorkloadSpec
@@ -87,10 +98,24 @@ def predict(model: str, batch: int, precision: str, device_name: str,
     ops = replace(ops, channels_last=channels_last(model, precision))  # as measured
     # the host time a plan takes from a profile made here (the GPU's own fitted one first)
     h, note = carried_host_s_per_op(dev, host_s_per_op, "profile", "this machine's CPU")
-    est = estimate_step(ops, dev.name, precision, host_s_per_op=h)
+    f, b = fit_and_bands()  # the plan's fit: the package's when current
+    est = estimate_step(ops, dev.name, precision, f=f, b=b, host_s_per_op=h)
     return {"device": dev.name, "predicted_step_s": est.step_s, "band": est.band,
             "bound": est.bound, "host_s": est.host_s, "device_s": est.device_s,
             "host_s_per_op": h, "host_note": note}
+
+
+def class_line(row: dict) -> str:
+    """Each class's kernel time against the roofline's, and the kernels' total against the
+    step (what is left is time the device waited: launches, the host, synchronization)."""
+    m, p = row["measured_classes"], row["predicted_classes"]
+    names = sorted(set(m["classes_s"]) | set(p), key=lambda c: -m["classes_s"].get(c, 0.0))
+    parts = [f"{c} {m['classes_s'].get(c, 0.0) * 1e3:.1f}/{p.get(c, 0.0) * 1e3:.1f}"
+             for c in names]
+    if m["conv_small_input_s"]:
+        parts.append(f"(conv of <= 4 channels {m['conv_small_input_s'] * 1e3:.1f})")
+    return (f"kernels ms, measured/roofline: {', '.join(parts)}; kernels "
+            f"{m['total_s'] * 1e3:.1f} of the step's {row['measured_step_s'] * 1e3:.1f}")
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -104,25 +129,26 @@ def summarize(rows: list[dict]) -> dict:
             "max_abs_error": max(map(abs, errs)), "within_band": sum(inside) / len(done)}
 
 
-def measure(model: str, batch: int, precision: str, warmup: int, steps: int) -> float:
-    """Median CUDA-event time of one bare training step (see the module), seconds."""
+def bare_step(model: str, batch: int, precision: str, device: str = "cuda"):
+    """One bare training step of ``model`` on ``device`` (see the module), as a function."""
     import torch
     from torchvision import models as tvm
 
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = True
+    if device == "cuda":
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = True
     kwargs = {"aux_logits": True, "init_weights": False} if model == "inception_v3" else {}
-    net = getattr(tvm, model)(num_classes=1000, **kwargs).cuda().train()
+    net = getattr(tvm, model)(num_classes=1000, **kwargs).to(device).train()
     side = side_of(model)
-    x = torch.randn(batch, 3, side, side, device="cuda")
-    y = torch.randint(0, 1000, (batch,), device="cuda")
+    x = torch.randn(batch, 3, side, side, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
     if channels_last(model, precision):
         net = net.to(memory_format=torch.channels_last)
         x = x.contiguous(memory_format=torch.channels_last)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    ctx = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if precision == "bf16" \
+    ctx = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if precision == "bf16" \
         else nullcontext
 
     def step():
@@ -134,6 +160,17 @@ def measure(model: str, batch: int, precision: str, warmup: int, steps: int) -> 
         loss.backward()
         opt.step()
 
+    return step
+
+
+def measure(model: str, batch: int, precision: str, warmup: int, steps: int,
+            classes: bool = False) -> dict:
+    """{"measured_step_s": median CUDA-event time of one bare training step (see the
+    module), and with ``classes`` "measured_classes": one more step's kernel time per
+    operation class (:func:`class_times`)}."""
+    import torch
+
+    step = bare_step(model, batch, precision)
     for _ in range(warmup):
         step()
     times = []
@@ -144,7 +181,123 @@ def measure(model: str, batch: int, precision: str, warmup: int, steps: int) -> 
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    out = {"measured_step_s": statistics.median(times)}
+    if classes:
+        out["measured_classes"] = class_times(step, "cuda")
+    return out
+
+
+_CASTS = {"to", "_to_copy", "copy_"}
+
+
+def _conv_shapes(name: str, shapes: list) -> tuple[list, list] | None:
+    """(input shape, weight shape) of a convolution event's recorded input shapes."""
+    at = 1 if "backward" in name else 0
+    if len(shapes) > at + 1 and len(shapes[at]) >= 3 and len(shapes[at + 1]) == len(shapes[at]):
+        return shapes[at], shapes[at + 1]
+    return None
+
+
+def classify(evt) -> tuple[str, bool]:
+    """(scalelab operation class, a convolution of an input with <= 4 channels) of the ATen
+    operation whose kernels ``evt`` (a profiler event) launched: the first of it and its
+    callers that names a class (a convolution's groups from its recorded shapes); a cast
+    (autocast's, inside the operation it feeds) is element-wise; the optimizer's step is
+    ``optimizer``."""
+    from scalelab.opclasses import op_class
+
+    e = evt
+    while e is not None:
+        name = e.name.removeprefix("aten::")
+        if name in _CASTS:
+            return "elementwise", False
+        if name.startswith("Optimizer.step") or name.startswith("_foreach_") or \
+                name.startswith("_fused_sgd") or name.startswith("_fused_adam"):
+            return "optimizer", False
+        if "conv" in name and "convert" not in name:
+            shapes = _conv_shapes(name, list(getattr(e, "input_shapes", None) or []))
+            if shapes is not None:
+                (x, w) = shapes
+                groups = x[1] // w[1] if w[1] else 1
+                return ("conv_grouped" if groups > 1 else "conv"), x[1] <= 4
+        elif e.name.startswith("aten::"):
+            cls = op_class(name)
+            if cls != "elementwise":
+                return cls, False
+        e = e.cpu_parent
+    return "elementwise", False
+
+
+def _self_time_us(evt, device: str) -> float:
+    """The kernel time ``evt`` launched itself (its callees' apart), on ``device``. The
+    event list also holds the kernels as events of their own: they count through the
+    operation that launched them, never twice."""
+    from torch.autograd import DeviceType
+
+    if getattr(evt, "device_type", DeviceType.CPU) != DeviceType.CPU:
+        return 0.0
+    if device == "cpu":
+        return float(evt.self_cpu_time_total) if evt.name.startswith("aten::") else 0.0
+    t = getattr(evt, "self_device_time_total", None)
+    return float(t if t is not None else evt.self_cuda_time_total)
+
+
+def class_times(step, device: str) -> dict:
+    """One step of ``step`` under torch.profiler: the kernel time of each operation class
+    (s), its convolutions of <= 4-channel inputs apart (``conv_small_input``), and the
+    total. On a GPU: the device time of the kernels each ATen operation launched; on the
+    CPU (to check the attribution): each ATen operation's own CPU time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=acts, record_shapes=True) as prof:
+        step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+    by: dict[str, float] = {}
+    small = 0.0
+    for evt in prof.events():
+        t = _self_time_us(evt, device) / 1e6
+        if t <= 0:
+            continue
+        cls, tiny = classify(evt)
+        by[cls] = by.get(cls, 0.0) + t
+        small += t if tiny else 0.0
+    return {"basis": "device kernels" if device == "cuda" else "cpu (aten ops)",
+            "total_s": sum(by.values()), "classes_s": dict(sorted(by.items())),
+            "conv_small_input_s": small}
+
+
+def predicted_classes(model: str, batch: int, precision: str, device_name: str) -> dict:
+    """The roofline's time of each operation class of the step on ``device_name`` (the
+    fitted fractions and factors, as the plan's estimate; ``conv_nchw`` counted as conv)."""
+    from scalelab import hardware
+    from scalelab.hardware.curve import roofline_ops
+    from scalelab.hardware.reference import reference
+    from scalelab.opcache import fit_and_bands
+    from scalelab.opcount import step_ops
+    from scalelab.theory.roofline import roofline_step
+    from scalelab.workload import WorkloadSpec
+
+    dev = hardware.match_device(device_name)
+    if dev is None or dev.peak_flops("fp32") is None:
+        raise ValueError(f"{device_name!r} is not a GPU in scalelab's catalog")
+    side = side_of(model)
+    ops = replace(step_ops(WorkloadSpec(model=model, input_shape=(3, side, side)), batch),
+                  channels_last=channels_last(model, precision))
+    f = fit_and_bands()[0]
+    fr = f.fractions(dev.name, precision)
+    rops = roofline_ops(ops, dev, precision)
+    out: dict[str, float] = {}
+    for cls in sorted({o.op_class for o in rops}):
+        sub = [o for o in rops if o.op_class == cls]
+        t = roofline_step(sub, dev.memory_bandwidth_Bps, fr.e_c, fr.e_m, reference().launch_s,
+                          f.class_factors(dev.name, precision),
+                          {"cuda-core": f.unit_fraction(dev.name, precision)}).roofline_s
+        key = "conv" if cls == "conv_nchw" else cls
+        out[key] = out.get(key, 0.0) + t
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,11 +307,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--warmup", type=int, default=6)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--class-batches", default="",
+                    help="at these batches, profile one more step and set each operation "
+                         "class's kernel time beside the roofline's (e.g. 128)")
     ap.add_argument("--out", default="bench-out/gpu_compute_check.json")
     args = ap.parse_args(argv)
     try:
         models = parse_list(args.models)
         batches = parse_batches(args.batches)
+        class_batches = parse_batches(args.class_batches) if args.class_batches else []
         precisions = parse_list(args.precisions, PRECISIONS)
         if args.warmup < 0 or args.steps < 1:
             raise ValueError("--warmup must be >= 0 and --steps >= 1")
@@ -196,8 +353,12 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.empty_cache()
                 try:
                     row.update(predict(model, batch, precision, name, host.s_per_op))
-                    row["measured_step_s"] = measure(model, batch, precision, args.warmup,
-                                                     args.steps)
+                    profiled = batch in class_batches
+                    row.update(measure(model, batch, precision, args.warmup, args.steps,
+                                       classes=profiled))
+                    if profiled:
+                        row["predicted_classes"] = predicted_classes(model, batch, precision,
+                                                                     name)
                 except (RuntimeError, ValueError) as e:  # out of memory, unknown model
                     row["error_text"] = str(e).splitlines()[0][:200]
                     torch.cuda.empty_cache()
@@ -209,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{model:16} {precision:5} {batch:5d} {row['measured_step_s'] * 1e3:8.2f} "
                       f"{row['predicted_step_s'] * 1e3:8.2f} {err:+7.1%} {row['band']:5.0%} "
                       f"{row['bound']}")
+                if "measured_classes" in row:
+                    print("  " + class_line(row))
                 rows.append(row)
                 save(False)
     s = summarize(rows)

@@ -38,17 +38,19 @@ def test_bad_arguments_are_one_line(check, capsys):
 
 def test_the_prediction_is_the_plans_for_a_cpu_workload(check):
     from scalelab.hardware.estimate import estimate_step
-    from scalelab.hardware.fit import fit
+    from scalelab.opcache import fit_and_bands
     from scalelab.opcount import step_ops
 
     row = check.predict("resnet18", 32, "bf16", "NVIDIA H200", 30e-6)
-    # the host time a plan takes from a profile: the H200's own fitted one, not the CPU's
-    h = fit().own_host_s_per_op("H200")[0]
+    # the plan's fit and the host time it takes from a profile: the H200's own fitted one,
+    # not the CPU's
+    f, b = fit_and_bands()
+    h = f.own_host_s_per_op("H200")[0]
     # measured in channels_last, so predicted in it: NCHW convolutions under autocast differ
     ops = replace(step_ops("resnet18", 32), channels_last=True)
-    est = estimate_step(ops, "H200", "bf16", host_s_per_op=h)
+    est = estimate_step(ops, "H200", "bf16", f=f, b=b, host_s_per_op=h)
     assert row["device"] == "H200" and row["predicted_step_s"] == pytest.approx(est.step_s)
-    nchw = estimate_step(step_ops("resnet18", 32), "H200", "bf16", host_s_per_op=h)
+    nchw = estimate_step(step_ops("resnet18", 32), "H200", "bf16", f=f, b=b, host_s_per_op=h)
     assert nchw.device_s != pytest.approx(est.device_s)
     assert row["host_s_per_op"] == h and "not the profile's 30 us" in row["host_note"]
     assert row["host_s"] == pytest.approx(step_ops("resnet18", 32).host_ops("bf16") * h)
@@ -70,7 +72,8 @@ def test_summary(check):
     assert check.summarize([]) == {"points": 0}
 
 
-def test_every_row_is_on_disk_before_the_next_is_measured(check, monkeypatch, tmp_path):
+def test_every_row_is_on_disk_before_the_next_is_measured(check, monkeypatch, tmp_path,
+                                                          capsys):
     """A check stopped by gpu_check.sh's time cap keeps the rows it measured."""
     from types import SimpleNamespace
 
@@ -84,17 +87,86 @@ def test_every_row_is_on_disk_before_the_next_is_measured(check, monkeypatch, tm
         s_per_op=30e-6, method="stub", to_dict=lambda: {"s_per_op": 30e-6}))
     seen = []
 
-    def fake_measure(model, batch, precision, warmup, steps):
+    def fake_measure(model, batch, precision, warmup, steps, classes=False):
         seen.append(len(json.loads(out.read_text())["rows"]) if out.exists() else None)
         if batch == 64:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2 GiB\nmore text")
-        return 0.01 * batch / 32
+        got = {"measured_step_s": 0.01 * batch / 32}
+        if classes:
+            got["measured_classes"] = {"basis": "stub", "total_s": 0.03, "conv_small_input_s":
+                                       0.002, "classes_s": {"conv": 0.02, "norm": 0.01}}
+        return got
 
     monkeypatch.setattr(check, "measure", fake_measure)
     assert check.main(["--models", "resnet18", "--batches", "32,64,128", "--precisions",
-                       "fp32", "--out", str(out)]) == 0
+                       "fp32", "--class-batches", "128", "--out", str(out)]) == 0
     assert seen == [None, 1, 2]  # each measurement starts with every earlier row written
     got = json.loads(out.read_text())
     assert got["complete"] and [r["batch"] for r in got["rows"]] == [32, 64, 128]
     assert got["rows"][1]["error_text"] == "CUDA out of memory. Tried to allocate 2 GiB"
     assert got["summary"]["points"] == 2
+    # only the batch asked for is profiled, and its roofline per class is the H200's
+    assert "predicted_classes" not in got["rows"][0]
+    assert got["rows"][2]["predicted_classes"] == pytest.approx(
+        check.predicted_classes("resnet18", 128, "fp32", "NVIDIA H200"))
+    assert "conv 20.0/" in capsys.readouterr().out
+
+
+def test_the_roofline_per_class_adds_up_to_the_devices_roofline(check):
+    from scalelab.hardware.estimate import device_roofline
+    from scalelab.opcache import fit_and_bands
+    from scalelab.opcount import step_ops
+
+    for precision, nhwc in (("fp32", False), ("bf16", True)):
+        by = check.predicted_classes("mobilenet_v2", 128, precision, "NVIDIA H200")
+        ops = replace(step_ops("mobilenet_v2", 128), channels_last=nhwc)
+        whole = device_roofline(ops, "H200", precision, fit_and_bands()[0])
+        assert sum(by.values()) == pytest.approx(whole.roofline_s)
+        assert {"conv", "conv_grouped", "norm", "elementwise", "optimizer"} <= set(by)
+        assert "conv_nchw" not in by
+
+
+def test_a_real_steps_time_is_attributed_to_its_operation_classes(check):
+    """On the CPU (each ATen operation's own time): every class mobilenet_v2 has, its first
+    convolution (3 channels in) apart, and the total the sum of the classes."""
+    torch.manual_seed(0)
+    step = check.bare_step("mobilenet_v2", 2, "fp32", "cpu")
+    step()
+    got = check.class_times(step, "cpu")
+    by = got["classes_s"]
+    assert {"conv", "conv_grouped", "norm", "matmul", "optimizer", "elementwise"} <= set(by)
+    assert all(v > 0 for v in by.values())
+    assert got["total_s"] == pytest.approx(sum(by.values()))
+    assert 0 < got["conv_small_input_s"] < by["conv"]
+
+
+def test_autocasts_casts_are_not_the_convolutions_time(check):
+    """Under autocast a convolution's input and weight casts run inside it: they are
+    element-wise, the convolution's own kernels are conv."""
+    from torch.profiler import ProfilerActivity, profile
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 3, groups=8))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            net(torch.randn(2, 3, 16, 16))
+    events = prof.events()
+    casts = [e for e in events if e.name == "aten::_to_copy"]
+    convs = [e for e in events if e.name in ("aten::mkldnn_convolution", "aten::_convolution")]
+    assert casts and convs
+    assert {check.classify(e) for e in casts} == {("elementwise", False)}
+    assert {check.classify(e) for e in convs} == {("conv", True), ("conv_grouped", False)}
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_each_kernel_is_counted_once_under_its_class(check):
+    step = check.bare_step("resnet18", 8, "fp32", "cuda")
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    got = check.class_times(step, "cuda")
+    assert {"conv", "norm", "elementwise", "optimizer", "matmul", "pool"} <= set(got["classes_s"])
+    assert 0 < got["conv_small_input_s"] < got["classes_s"]["conv"]
+    # the kernels of one step fit inside the step measured around them (counted twice, the
+    # launched kernels and the operations that launched them, they would not)
+    step_s = check.measure("resnet18", 8, "fp32", 2, 5)["measured_step_s"]
+    assert got["total_s"] <= 1.2 * step_s
