@@ -1,12 +1,13 @@
 # make demo: set up .venv and run the main job on the built-in default.
 # make test: set up .venv and run the test suite.
 # make check: the fast pure tier (no processes, namespaces or browser).
+# make fit: write the packaged fit again (after a change to the fit's code or reference table).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.scalelab-installed
 
-.PHONY: demo test check lint bench clean
+.PHONY: demo test check lint fit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,9 @@ test: $(STAMP)
 # the pure tier for the edit loop: no processes, namespaces, browser or slow runs
 check: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not dist and not netem and not browser and not slow"
+
+fit: $(STAMP)
+	$(BIN)/python -m scalelab.hardware.packaged --write
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

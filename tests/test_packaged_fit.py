@@ -13,17 +13,18 @@ from scalelab.hardware import packaged
 from scalelab.hardware.bands import bands
 from scalelab.hardware.fit import fit
 
-WRITE = "python -m scalelab.hardware.packaged --write"
+WRITE = "write it again: make fit (python -m scalelab.hardware.packaged --write)"
 
 
 def test_the_packaged_fit_was_written_by_this_code_and_table():
     d = packaged.read()
-    assert d is not None, f"{packaged.PATH} is missing: {WRITE}"
+    assert d is not None, f"{packaged.PATH} is missing; {WRITE}"
     assert d["source"] == opcache.source_digest("fit"), \
-        f"{packaged.PATH} is stale (the fit's code or reference table changed): {WRITE}"
+        f"{packaged.PATH} is stale (the fit's code or reference table changed); {WRITE}"
     assert packaged.current() is not None
 
 
+@pytest.mark.slow  # counts every reference model (unless another test did) and fits them
 def test_the_packaged_fit_is_the_fit_of_the_table():
     """The file read back is, field by field, the fit and bands computed now (the same
     torch as wrote it: exactly; another: within 2% on every fraction)."""

@@ -8,7 +8,7 @@ with the digest of those files (:func:`scalelab.opcache.source_digest`, kind ``"
 read back whenever that digest is the current one; after any change to those files the file
 is stale, ignored, and the fit is computed (and cached) as before, until it is written again:
 
-    python -m scalelab.hardware.packaged --write
+    python -m scalelab.hardware.packaged --write     (make fit)
 
 The operations are counted with the torch and torchvision versions named in the file; a fit
 computed under other versions may differ where their operators decompose differently.
