@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from scalelab import hardware
-from scalelab.hardware.bands import Bands, bands
-from scalelab.hardware.fit import Fit, fit, roofline_ops
+from scalelab.hardware.bands import Bands
+from scalelab.hardware.fit import Fit, roofline_ops
 from scalelab.hardware.reference import PRECISION_MODES, reference
 from scalelab.theory.roofline import RooflineStep, host_step_s, roofline_step, step_with_host_s
 
@@ -70,12 +70,20 @@ class Estimate:
                 "device_s": self.device_s}
 
 
+def _packaged() -> tuple[Fit, Bands]:
+    """The reference table's fit and bands as a plan reads them (the package's own where it
+    is current, :func:`scalelab.opcache.fit_and_bands`)."""
+    from scalelab.opcache import fit_and_bands
+
+    return fit_and_bands()
+
+
 def device_roofline(ops: StepOps, device: str, precision: str,
                     f: Fit | None = None,
                     source: tuple[str, str] | None = None) -> RooflineStep:
     """The step's roofline on ``device`` with its fitted fractions (``source``: the
     (device, precision) of a measurement it is anchored to, see :meth:`Fit.fractions`)."""
-    f = f or fit()
+    f = f or _packaged()[0]
     dev = hardware.device(device)
     fr = f.fractions(dev.name, precision, source)
     return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
@@ -120,7 +128,7 @@ def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None,
         how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
                f"{host * 1e3:.3g} ms, below the device's time")
         return replace(est, host_s=host, device_s=est.step_s, how=how)
-    band = (b or bands()).band(est.target_device, est.precision, host_bound=True)
+    band = (b or _packaged()[1]).band(est.target_device, est.precision, host_bound=True)
     how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
            f"{host * 1e3:.3g} ms, which sets the step (+- {band:.0%}, the host-bound band)")
     return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how, bound="host",
@@ -136,7 +144,8 @@ def estimate_step(ops: StepOps, target_device: str, precision: str = "fp32",
 
     ``source_device``/``source_step_s``: where and how long the step was measured (at
     ``source_ops``' batch, default the same ops, and ``source_precision``, default the same
-    precision). ``f`` and ``b``: the fit and its bands (default: the packaged reference's).
+    precision). ``f`` and ``b``: the fit and its bands (default: the reference table's, as
+    a plan reads them).
     A source that is not a catalog GPU with known peaks (a CPU) is not used as an
     anchor: the estimate is the target's roofline alone, and says so. ``host_s_per_op``:
     the target host's time to issue one operation; the step is at least that times the
@@ -155,8 +164,8 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
         raise ValueError(f"unknown precision {precision!r} ({', '.join(PRECISION_MODES)})")
     if source_step_s is not None and not source_step_s > 0:
         raise ValueError(f"source_step_s must be > 0, got {source_step_s}")
-    f = f or fit()
-    b = b or bands()
+    f = f or _packaged()[0]
+    b = b or _packaged()[1]
     target = hardware.device(target_device)
     b_t = b.band(target.name, precision)
     src = _gpu(source_device)
