@@ -170,3 +170,18 @@ def test_on_a_gpu_each_kernel_is_counted_once_under_its_class(check):
     # launched kernels and the operations that launched them, they would not)
     step_s = check.measure("resnet18", 8, "fp32", 2, 5)["measured_step_s"]
     assert got["total_s"] <= 1.2 * step_s
+
+
+def test_a_copy_inside_a_convolution_is_the_convolutions(check):
+    """A layout copy the convolution makes (its input made contiguous) is its own time;
+    only a cast is element-wise."""
+    from types import SimpleNamespace as E
+
+    conv = E(name="aten::convolution", input_shapes=[[2, 8, 16, 16], [8, 8, 3, 3]],
+             cpu_parent=None)
+    contiguous = E(name="aten::contiguous", input_shapes=[], cpu_parent=conv)
+    copy = E(name="aten::copy_", input_shapes=[], cpu_parent=contiguous)
+    cast = E(name="aten::_to_copy", input_shapes=[], cpu_parent=conv)
+    cast_copy = E(name="aten::copy_", input_shapes=[], cpu_parent=cast)
+    assert check.classify(copy) == ("conv", False)
+    assert check.classify(cast_copy) == ("elementwise", False)
