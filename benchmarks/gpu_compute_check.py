@@ -80,22 +80,35 @@ def channels_last(model: str, precision: str) -> bool:
     return precision == "bf16" and model != "vit_b_16"
 
 
-def predict(model: str, batch: int, precision: str, device_name: str,
-            host_s_per_op: float) -> dict:
-    """The plan's compute estimate for ``model`` on the GPU ``device_name`` reports."""
+def _target(device_name: str):
+    """The catalog GPU that ``device_name`` (as CUDA reports it) is."""
     from scalelab import hardware
-    from scalelab.hardware.estimate import estimate_step
-    from scalelab.opcache import fit_and_bands
-    from scalelab.opcount import step_ops
-    from scalelab.plan.compute import carried_host_s_per_op
-    from scalelab.workload import WorkloadSpec
 
     dev = hardware.match_device(device_name)
     if dev is None or dev.peak_flops("fp32") is None:
         raise ValueError(f"{device_name!r} is not a GPU in scalelab's catalog")
+    return dev
+
+
+def _step_ops(model: str, batch: int, precision: str):
+    """The counted step of ``model`` in the memory format it is measured in."""
+    from scalelab.opcount import step_ops
+    from scalelab.workload import WorkloadSpec
+
     side = side_of(model)
     ops = step_ops(WorkloadSpec(model=model, input_shape=(3, side, side)), batch)
-    ops = replace(ops, channels_last=channels_last(model, precision))  # as measured
+    return replace(ops, channels_last=channels_last(model, precision))  # as measured
+
+
+def predict(model: str, batch: int, precision: str, device_name: str,
+            host_s_per_op: float) -> dict:
+    """The plan's compute estimate for ``model`` on the GPU ``device_name`` reports."""
+    from scalelab.hardware.estimate import estimate_step
+    from scalelab.opcache import fit_and_bands
+    from scalelab.plan.compute import carried_host_s_per_op
+
+    dev = _target(device_name)
+    ops = _step_ops(model, batch, precision)
     # the host time a plan takes from a profile made here (the GPU's own fitted one first)
     h, note = carried_host_s_per_op(dev, host_s_per_op, "profile", "this machine's CPU")
     f, b = fit_and_bands()  # the plan's fit: the package's when current
@@ -272,34 +285,19 @@ def class_times(step, device: str) -> dict:
 
 
 def predicted_classes(model: str, batch: int, precision: str, device_name: str) -> dict:
-    """The roofline's time of each operation class of the step on ``device_name`` (the
-    fitted fractions and factors, as the plan's estimate; ``conv_nchw`` counted as conv)."""
-    from scalelab import hardware
-    from scalelab.hardware.curve import roofline_ops
-    from scalelab.hardware.reference import reference
+    """The roofline's time of each operation class of the step on ``device_name``: the
+    plan's device roofline (:func:`scalelab.hardware.estimate.device_roofline`) of that
+    class's operations alone (a dense convolution is ``conv`` here, ``conv_nchw`` or not)."""
+    from scalelab.hardware.estimate import device_roofline
     from scalelab.opcache import fit_and_bands
-    from scalelab.opcount import step_ops
-    from scalelab.theory.roofline import roofline_step
-    from scalelab.workload import WorkloadSpec
 
-    dev = hardware.match_device(device_name)
-    if dev is None or dev.peak_flops("fp32") is None:
-        raise ValueError(f"{device_name!r} is not a GPU in scalelab's catalog")
-    side = side_of(model)
-    ops = replace(step_ops(WorkloadSpec(model=model, input_shape=(3, side, side)), batch),
-                  channels_last=channels_last(model, precision))
+    dev = _target(device_name)
+    ops = _step_ops(model, batch, precision)
     f = fit_and_bands()[0]
-    fr = f.fractions(dev.name, precision)
-    rops = roofline_ops(ops, dev, precision)
-    out: dict[str, float] = {}
-    for cls in sorted({o.op_class for o in rops}):
-        sub = [o for o in rops if o.op_class == cls]
-        t = roofline_step(sub, dev.memory_bandwidth_Bps, fr.e_c, fr.e_m, reference().launch_s,
-                          f.class_factors(dev.name, precision),
-                          {"cuda-core": f.unit_fraction(dev.name, precision)}).roofline_s
-        key = "conv" if cls == "conv_nchw" else cls
-        out[key] = out.get(key, 0.0) + t
-    return out
+    return {cls: device_roofline(replace(ops, ops=tuple(o for o in ops.ops
+                                                         if o.op_class == cls)),
+                                 dev.name, precision, f).roofline_s
+            for cls in sorted({o.op_class for o in ops.ops})}
 
 
 def main(argv: list[str] | None = None) -> int:
