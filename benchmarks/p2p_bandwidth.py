@@ -144,7 +144,7 @@ def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: in
     bounds = [k * numel // servers for k in range(servers + 1)]
     pieces = [(k, a, min(a + piece, bounds[k + 1]))
               for k in range(servers) for a in range(bounds[k], bounds[k + 1], piece)]
-    times = []
+    times, cpu = [], []
     if rank < workers:
         grad, fresh = torch.ones(numel), torch.empty(numel)
     else:
@@ -160,7 +160,7 @@ def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: in
                     opts[i].grad_scale = torch.tensor(float(workers))
     for _ in range(1 + repeats):
         dist.barrier()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         if rank < workers:
             pulls = [dist.irecv(fresh[a:b], workers + s, tag=i)
                      for i, (s, a, b) in enumerate(pieces)]
@@ -184,25 +184,30 @@ def _exchange_worker(rank: int, workers: int, servers: int, port: int, numel: in
                 sends += [dist.isend(out, w, tag=i) for w in range(workers)]
             for w in sends:
                 w.wait()
+        cpu.append(time.process_time() - c)  # before the barrier: its wait is not the exchange's
         dist.barrier()
         times.append(time.perf_counter() - t)
-    if rank == 0:
-        queue.put(statistics.median(times[1:]))
+    queue.put((rank, statistics.median(times[1:]), statistics.median(cpu[1:])))
     dist.destroy_process_group()
 
 
-def measure_exchange(workers: int, servers: int, param_bytes: int, piece_bytes: int,
-                     repeats: int = 9, spec=None) -> float:
-    """Median seconds of the parameter server's exchange of ``param_bytes`` per worker on
-    Gloo alone (no model, no optimizer: :func:`_exchange_worker`), ``repeats`` rounds; with
-    ``spec`` the servers also sum and apply the workload's optimizer to every piece."""
+def exchange_cost(workers: int, servers: int, param_bytes: int, piece_bytes: int,
+                  repeats: int = 9, spec=None) -> dict:
+    """The parameter server's exchange of ``param_bytes`` per worker on Gloo alone (no model,
+    no optimizer: :func:`_exchange_worker`), ``repeats`` rounds; with ``spec`` the servers
+    also sum and apply the workload's optimizer to every piece. ``time_s``: the median
+    seconds of a round; ``cpu_s``: the CPU it costs, every rank's CPU time per round (all
+    its threads, Gloo's and the kernel's work for its sockets included), each rank's median
+    over the rounds, summed; ``cpu_per_rank_s`` those medians by rank."""
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     mp.start_processes(_exchange_worker,
                        args=(workers, servers, free_port(), param_bytes // 4,
                              max(1, piece_bytes // 4), repeats, queue, spec),
                        nprocs=workers + servers, start_method="spawn", join=True)
-    return queue.get()
+    got = sorted(queue.get() for _ in range(workers + servers))
+    return {"time_s": got[0][1], "cpu_s": sum(c for _, _, c in got),
+            "cpu_per_rank_s": [c for _, _, c in got]}
 
 
 def _worker(rank: int, world: int, port: int, sizes: list[int], queue) -> None:
