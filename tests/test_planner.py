@@ -344,6 +344,20 @@ def test_large_global_batch_warns_goyal():
     assert any("Goyal" in w for w in map(str, p.warnings))
 
 
+def test_an_assumed_intra_node_link_is_a_warning():
+    inp = workload_from_dict({"param_bytes": 10 * MB, "batch_size": 32, "step_s": 0.1})
+
+    def warned(**cluster):
+        p = plan(inp, Cluster(nodes=2, network="10GbE", **cluster))
+        return any("no intra-node link given" in str(w) for w in p.warnings)
+
+    assert warned(gpus_per_node=4)  # PCIe 3.0 assumed between the node's GPUs
+    assert not warned(gpus_per_node=4, intra_node="nvlink3")
+    assert not warned(gpus_per_node=4, intra_node_gbps=200)
+    assert not warned(gpus_per_node=4, device="H100-SXM")  # the device's own link
+    assert not warned(gpus_per_node=1)  # nothing moves inside a node
+
+
 def test_cost_per_1k_samples():
     inp = workload_from_dict({"param_bytes": 10 * MB, "batch_size": 100, "step_s": 0.5})
     p = plan(inp, Cluster(nodes=4, network="100GbE", price_per_gpu_hour=3.6))

@@ -185,6 +185,12 @@ class Cluster:
         lk = hardware.link("pcie3")
         return lk.bandwidth_Bps, f"{lk.title} (assumed: no intra_node given)"
 
+    def intra_link_assumed(self) -> bool:
+        """Whether :meth:`intra_link` assumed PCIe 3.0: no link given and none known for the
+        device."""
+        return (self.intra_node_gbps is None and self.intra_node is None
+                and not (self.device is not None and hardware.device(self.device).intra_node))
+
     def _check_topology(self) -> None:
         for name in ("gpus_per_nic", "gpus_per_host_link", "accumulation_steps",
                      "cpu_cores_per_node"):

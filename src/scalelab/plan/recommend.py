@@ -332,8 +332,7 @@ def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
                   + (", the fit was rejected by its held-out error" if which == "uncalibrated"
                      else "") + "): " + ", ".join(
             f"{k}={v:g}" for k, v in st.params.to_dict().items()))
-    intra_name = st.cluster.intra_link()[1]
-    if "pcie3" in intra_name and "assumed" in intra_name and st.cluster.gpus_per_node > 1:
+    if st.cluster.intra_link_assumed() and st.cluster.gpus_per_node > 1:
         notes.warn("cluster", "no intra-node link given: assumed PCIe 3.0 x16")
 
 
