@@ -104,15 +104,13 @@ def predict(model: str, batch: int, precision: str, device_name: str,
             host_s_per_op: float) -> dict:
     """The plan's compute estimate for ``model`` on the GPU ``device_name`` reports."""
     from scalelab.hardware.estimate import estimate_step
-    from scalelab.opcache import fit_and_bands
     from scalelab.plan.compute import carried_host_s_per_op
 
     dev = _target(device_name)
     ops = _step_ops(model, batch, precision)
     # the host time a plan takes from a profile made here (the GPU's own fitted one first)
     h, note = carried_host_s_per_op(dev, host_s_per_op, "profile", "this machine's CPU")
-    f, b = fit_and_bands()  # the plan's fit: the package's when current
-    est = estimate_step(ops, dev.name, precision, f=f, b=b, host_s_per_op=h)
+    est = estimate_step(ops, dev.name, precision, host_s_per_op=h)  # with the plan's fit
     return {"device": dev.name, "predicted_step_s": est.step_s, "band": est.band,
             "bound": est.bound, "host_s": est.host_s, "device_s": est.device_s,
             "host_s_per_op": h, "host_note": note}
@@ -289,14 +287,12 @@ def predicted_classes(model: str, batch: int, precision: str, device_name: str) 
     plan's device roofline (:func:`scalelab.hardware.estimate.device_roofline`) of that
     class's operations alone (a dense convolution is ``conv`` here, ``conv_nchw`` or not)."""
     from scalelab.hardware.estimate import device_roofline
-    from scalelab.opcache import fit_and_bands
 
     dev = _target(device_name)
     ops = _step_ops(model, batch, precision)
-    f = fit_and_bands()[0]
     return {cls: device_roofline(replace(ops, ops=tuple(o for o in ops.ops
                                                          if o.op_class == cls)),
-                                 dev.name, precision, f).roofline_s
+                                 dev.name, precision).roofline_s
             for cls in sorted({o.op_class for o in ops.ops})}
 
 

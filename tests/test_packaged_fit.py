@@ -48,13 +48,15 @@ def test_a_stale_missing_or_foreign_file_is_not_used(tmp_path, monkeypatch):
     good = packaged.read()
     assert good is not None
     monkeypatch.setattr(packaged, "_digest", lambda: "the code changed")
+    packaged.current_file.cache_clear()
     packaged.current.cache_clear()
     try:
-        assert packaged.current() is None
+        assert packaged.current_file() is None and packaged.current() is None
     finally:
         monkeypatch.undo()
+        packaged.current_file.cache_clear()
         packaged.current.cache_clear()
-    assert packaged.current() is not None
+    assert packaged.current() is not None and packaged.current_file() == good
     assert packaged.read(tmp_path / "none.json") is None
     (tmp_path / "torn.json").write_text(json.dumps(good)[:200])
     assert packaged.read(tmp_path / "torn.json") is None

@@ -27,7 +27,6 @@ def test_exchange_cost_counts_every_rank_cpu():
     assert plain["time_s"] > 0
     # both ranks copy 4 MiB each way through loopback TCP: each spends CPU on it
     assert len(plain["cpu_per_rank_s"]) == 2 and min(plain["cpu_per_rank_s"]) > 0
-    assert plain["cpu_s"] == pytest.approx(sum(plain["cpu_per_rank_s"]))
     spec = ps_exchange.WorkloadSpec("ps_exchange:big_linear",
                                     input_shape=(ps_exchange.IN_FEATURES,), num_classes=1)
     with_apply = p2p_bandwidth.exchange_cost(1, 1, 4 * 2**20, 2**20, repeats=3, spec=spec)

@@ -124,7 +124,7 @@ def run_fit(args) -> int:
     from scalelab.opcache import fit_and_bands
 
     (f, b), ref = fit_and_bands(), reference()
-    shipped = packaged.read() if packaged.current() is not None else None
+    shipped = packaged.current_file() if packaged.current() is not None else None
     source = (f"as shipped: {packaged.PATH.name}, the reference models' operations counted "
               f"with torch {shipped['torch']}" if shipped else
               "fitted here (the package's copy is not this code's)")

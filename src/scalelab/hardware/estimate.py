@@ -164,8 +164,9 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
         raise ValueError(f"unknown precision {precision!r} ({', '.join(PRECISION_MODES)})")
     if source_step_s is not None and not source_step_s > 0:
         raise ValueError(f"source_step_s must be > 0, got {source_step_s}")
-    f = f or _packaged()[0]
-    b = b or _packaged()[1]
+    if f is None or b is None:
+        pf, pb = _packaged()
+        f, b = f or pf, b or pb
     target = hardware.device(target_device)
     b_t = b.band(target.name, precision)
     src = _gpu(source_device)

@@ -95,11 +95,18 @@ def read(path: Path = PATH) -> dict[str, Any] | None:
 
 
 @cache
-def current() -> tuple[Fit, Bands] | None:
-    """The packaged (Fit, Bands) when the file was written by the code and table there are
-    now (its digest is the current one), else None (compute the fit)."""
+def current_file() -> dict[str, Any] | None:
+    """The file's content when it was written by the code and table there are now (its
+    digest is the current one), else None."""
     d = read()
-    if d is None or d.get("source") != _digest():
+    return d if d is not None and d.get("source") == _digest() else None
+
+
+@cache
+def current() -> tuple[Fit, Bands] | None:
+    """The packaged (Fit, Bands) of :func:`current_file`, else None (compute the fit)."""
+    d = current_file()
+    if d is None:
         return None
     try:
         return from_dict(d)
@@ -119,6 +126,7 @@ def write(path: Path = PATH) -> dict[str, Any]:
          "torch": metadata.version("torch"), "torchvision": metadata.version("torchvision"),
          **to_dict(fit(), bands())}
     write_text_atomic(path, json.dumps(d, indent=1) + "\n")
+    current_file.cache_clear()
     current.cache_clear()
     return d
 
