@@ -125,3 +125,7 @@ def test_cli_fit_shows_fractions_and_bands(capsys):
     assert [r["units"] for r in nchw] == ["half"] and min(nchw[0]["k_c"], nchw[0]["k_m"]) < 1
     assert {p["memory_format"] for p in d["points"]} == {"nchw", "nhwc"}
     assert d["fit_source"].startswith("as shipped: fit.json")  # the package's fit is current
+    # the device's cost per kernel: fitted where a class holds several networks (the H200 in
+    # fp32), 0 where one network was measured
+    by = {(r["device"], r["units"]): r for r in d["devices"]}
+    assert by[("H200", "tf32")]["kernel_s"] > 0 and by[("K80", "cuda-core")]["kernel_s"] == 0

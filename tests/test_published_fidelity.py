@@ -219,8 +219,9 @@ def test_leave_one_model_out_predicts_each_model_from_a_fit_without_it():
 
 
 def test_a_fitted_devices_band_covers_a_model_the_fit_has_not_seen():
-    """The H200's fp32 networks, each left out by model, miss by 27-77%; leaving single points
-    out (the only evidence before) put the TF32 band at 31%. The band takes the larger."""
+    """The H200's fp32 networks, each left out by model, miss by more than single points left
+    out do on some devices (without the device's cost per kernel they missed by 27-77%). The
+    band takes the larger of the two quantiles, so it covers the models' misses."""
     from dataclasses import replace
 
     from scalelab.hardware.bands import MIN_MODEL_CASES, SEEN_QUANTILE
@@ -239,8 +240,7 @@ def test_a_fitted_devices_band_covers_a_model_the_fit_has_not_seen():
         misses += [abs(p.step_s / predict_step_s(p, f) - 1) for p in points
                    if p.model == model and p.device == "H200" and p.precision == "fp32"]
     assert len(misses) == b.model_cases["tf32"]  # the H200 is the one TF32 device with many
-    assert b.seen["tf32"] == pytest.approx(quantile(misses, SEEN_QUANTILE))
-    assert b.seen["tf32"] > 0.4  # leave-one-point-out alone gave 0.31
+    assert b.seen["tf32"] >= quantile(misses, SEEN_QUANTILE) * (1 - 1e-12)
     # the interpolated quantile lies between the k-th and (k+1)-th smallest, k below
     k = int(SEEN_QUANTILE * (len(misses) - 1)) + 1
     assert sum(m <= b.band("H200", "fp32") for m in misses) >= k

@@ -129,7 +129,8 @@ def run_fit(args) -> int:
               f"with torch {shipped['torch']}" if shipped else
               "fitted here (the package's copy is not this code's)")
     rows = [{"device": d, "units": c, "e_c": v.e_c, "e_m": v.e_m, "points": v.points,
-             "band": b.seen[c], "host_s_per_op": v.host_s_per_op, "host_bound": v.host_bound}
+             "band": b.seen[c], "host_s_per_op": v.host_s_per_op, "host_bound": v.host_bound,
+             "kernel_s": v.kernel_s}
             for (d, c), v in sorted(f.devices.items())]
     pooled = [{"units": c, "e_c": v.e_c, "e_m": v.e_m, "band_unseen": b.unseen.get(c)}
               for c, v in sorted(f.pooled.items())]
@@ -144,17 +145,20 @@ def run_fit(args) -> int:
               caption="band: the fit's leave-one-out error for a fitted device; a device "
                       "with no points takes its GPU generation's fractions (nearest one "
                       "fitted), the pool only when none is")
-    for col in ("device", "units", "e_c", "e_m", "points", "band", "host us/op"):
+    for col in ("device", "units", "e_c", "e_m", "us/kernel", "points", "band", "host us/op"):
         t.add_column(col, justify="left" if col in ("device", "units") else "right")
     for r in rows:
         host = f"{r['host_s_per_op'] * 1e6:.1f}" + (f" ({r['host_bound']} set)"
                                                      if r["host_bound"] else "")
         t.add_row(r["device"], r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}",
+                  f"{r['kernel_s'] * 1e6:.1f}" if r["kernel_s"] else "-",
                   str(r["points"]), f"{r['band']:.0%}", host)
     for r in pooled:
-        t.add_row("(pool)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "0",
+        t.add_row("(pool)", r["units"], f"{r['e_c']:.2f}", f"{r['e_m']:.2f}", "-", "0",
                   "-" if r["band_unseen"] is None else f"{r['band_unseen']:.0%}", "-")
     out.print(t)
+    out.print("us/kernel: the device's own cost per kernel, added to its roofline, fitted where "
+              "its points in that class hold several networks ('-': none)")
     out.print("host us/op: the host's time per operation fitted with the device's fractions "
               "(its points' steps floored at operations x it); '(n set)': points it sets")
     out.print(f"step floor: kernels x {ref.launch_s * 1e6:g} us ({ref.launch_source})")

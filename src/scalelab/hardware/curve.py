@@ -93,13 +93,15 @@ class _Curve:
     compute-bound ops)/e_c + (sum of b over the rest)/e_m. Ops on other units (``u``) have
     their compute fraction e_u fixed: with a'_i = a_i/e_u, op i is memory-bound iff
     e_m < b_i/a'_i, so sorted by that ratio they add (sum of a' of the rest) + (sum of b over
-    the memory-bound)/e_m. The step is floored at max(kernels x launch_s, N x h) with h the
-    host's time per operation (:attr:`host_s_per_op`, or the one given to the call). The
-    fractions are not capped at 1 after the class factors here.
+    the memory-bound)/e_m. The kernels' own cost, K x tau (``kernels_s``), is added to the
+    device's time. The step is floored at max(kernels x launch_s, N x h) with h the host's
+    time per operation (:attr:`host_s_per_op`, or the one given to the call). The fractions
+    are not capped at 1 after the class factors here.
     """
 
     def __init__(self, a: np.ndarray, b: np.ndarray, launch_floor_s: float, host_ops: int,
-                 host_s_per_op: float, u: np.ndarray | None = None, e_u: float = 1.0):
+                 host_s_per_op: float, u: np.ndarray | None = None, e_u: float = 1.0,
+                 kernels_s: float = 0.0):
         u = np.zeros(len(a), bool) if u is None else u
         with np.errstate(divide="ignore", invalid="ignore"):
             r = np.where(b > 0, a / np.where(b > 0, b, 1.0), np.inf)
@@ -117,6 +119,7 @@ class _Curve:
         self.launch_floor_s = launch_floor_s
         self.host_ops = host_ops
         self.host_s_per_op = host_s_per_op
+        self.kernels_s = kernels_s
 
     @property
     def floor_s(self) -> float:
@@ -130,7 +133,7 @@ class _Curve:
         if len(self.s):
             j = np.searchsorted(self.s, e_m, side="right")
             t = t + self.fa_cum[j] + (self.fb_cum[-1] - self.fb_cum[j]) / e_m
-        return t
+        return t + self.kernels_s
 
     def device_grid_s(self, grid: _Grid) -> np.ndarray:
         """:meth:`device_s` at every (e_c, e_m) of ``grid``, the same values, found faster:
@@ -148,7 +151,7 @@ class _Curve:
         if len(self.s):
             j = np.searchsorted(self.s, grid.values, side="right")[grid.column]
             t = t + self.fa_cum[j] + (self.fb_cum[-1] - self.fb_cum[j]) / e_m
-        return t
+        return t + self.kernels_s
 
     def __call__(self, e_c, e_m, host_s_per_op: float | None = None):
         h = self.host_s_per_op if host_s_per_op is None else host_s_per_op
@@ -176,8 +179,8 @@ class _Grid:
 
 @lru_cache(maxsize=1024)
 def _raw(p: RefPoint):
-    """(a_i, b_i, class index_i, on other units_i, launch floor_s, host operations) of point
-    ``p``'s operations on its device."""
+    """(a_i, b_i, class index_i, on other units_i, launch floor_s, host operations, kernels)
+    of point ``p``'s operations on its device."""
     dev = hardware.device(p.device)
     ops = p.ops()
     rops = roofline_ops(ops, dev, p.precision)
@@ -185,8 +188,9 @@ def _raw(p: RefPoint):
     b = np.array([o.nbytes / dev.memory_bandwidth_Bps for o in rops])
     cls = np.array([OP_CLASSES.index(o.op_class) for o in rops])
     u = np.array([bool(o.units) for o in rops])
-    launch = step_floor_s(sum(o.kernels for o in rops), reference().launch_s)
-    return a, b, cls, u, launch, ops.host_ops(p.precision)
+    kernels = sum(o.kernels for o in rops)
+    launch = step_floor_s(kernels, reference().launch_s)
+    return a, b, cls, u, launch, ops.host_ops(p.precision), kernels
 
 
 def _factor_arrays(factors) -> tuple[np.ndarray, np.ndarray]:
@@ -198,20 +202,24 @@ def _factor_arrays(factors) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=8192)
-def _curve(p: RefPoint, factors: tuple, e_u: float, host_s_per_op: float) -> _Curve:
-    a, b, cls, u, launch, host_ops = _raw(p)
+def _curve(p: RefPoint, factors: tuple, e_u: float, host_s_per_op: float,
+           kernel_s: float = 0.0) -> _Curve:
+    a, b, cls, u, launch, host_ops, kernels = _raw(p)
     kc, km = _factor_arrays(factors)
-    return _Curve(a / kc[cls], b / km[cls], launch, host_ops, host_s_per_op, u, e_u)
+    return _Curve(a / kc[cls], b / km[cls], launch, host_ops, host_s_per_op, u, e_u,
+                  kernels * kernel_s)
 
 
 def point_curve(p: RefPoint, factors: tuple = (), e_u: float = 1.0,
-                host_s_per_op: float | None = None) -> _Curve:
+                host_s_per_op: float | None = None, kernel_s: float = 0.0) -> _Curve:
     """The point's curve R(e_c, e_m) with class factors ``((class, k_c, k_m), ...)``, the
-    fraction ``e_u`` of the units its FP32-unit operations run on (see :func:`roofline_ops`)
-    and the host's time per operation (default: the packaged measurement)."""
+    fraction ``e_u`` of the units its FP32-unit operations run on (see :func:`roofline_ops`),
+    the host's time per operation (default: the packaged measurement) and the device's
+    own cost per kernel ``kernel_s``."""
     h = reference().host_s_per_op if host_s_per_op is None else host_s_per_op
     present = _classes(p)  # factors of classes the point lacks change nothing: one curve
-    return _curve(p, tuple(f for f in factors if f[0] in present), float(e_u), float(h))
+    return _curve(p, tuple(f for f in factors if f[0] in present), float(e_u), float(h),
+                  float(kernel_s))
 
 
 @lru_cache(maxsize=1024)

@@ -8,10 +8,12 @@ measurement knows that the roofline does not (the framework, the kernels, the da
     T_t = T_s * R_t / R_s
 
 and without one (a CPU profile: its time says nothing about a GPU's kernels), T_t = R_t.
-Either way T_t is never below the target's step floor, kernels x launch_s, nor, when the
-host's time per operation h is given, below the host's time to issue the step's N
-operations: T = max(T_t, N h) (:func:`scalelab.theory.roofline.step_with_host_s`); the
-host "sets the step" when N h is the larger.
+Both rooflines include the device's own cost per kernel where the fit has one
+(:mod:`scalelab.theory.roofline`). Either way T_t is never below the target's step floor,
+kernels x launch_s, nor, when the host's time per operation h is given, below the host's
+time to issue the step's N operations: T = max(T_t, N h)
+(:func:`scalelab.theory.roofline.step_with_host_s`); the host "sets the step" when N h is
+the larger.
 
 The error band is relative: on the fit's leave-one-out evidence, the step is within
 T_t x (1 +- band). Anchored, both rooflines contribute, so band = sqrt(b_s^2 + b_t^2) with b
@@ -89,7 +91,7 @@ def device_roofline(ops: StepOps, device: str, precision: str,
     return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
                          fr.e_c, fr.e_m, reference().launch_s,
                          f.class_factors(dev.name, precision),
-                         {"cuda-core": f.unit_fraction(dev.name, precision)})
+                         {"cuda-core": f.unit_fraction(dev.name, precision)}, fr.kernel_s)
 
 
 def _gpu(name: str | None) -> hardware.Device | None:
@@ -113,6 +115,14 @@ def _borrowed(f: Fit, device: str, precision: str,
         return ""
     whose = fr.fitted_on.replace("+", ", ") if fr.fitted_on else "all fitted devices (pooled)"
     return f"; {device} has no published point: fractions of {whose}"
+
+
+def _kernels_note(r: RooflineStep) -> str:
+    """", K kernels x tau of the device's own cost per kernel" where the roofline has one."""
+    if not r.kernels_s:
+        return ""
+    return (f", with {r.kernels} kernels x {r.kernels_s / r.kernels * 1e6:.3g} us of the "
+            "device's own cost per kernel")
 
 
 def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None,
@@ -178,7 +188,8 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
         step = max(source_step_s * rt.step_s / rs.step_s, rt.floor_s)
         band = math.hypot(b.band(src.name, sp), b_t)
         how = (f"T = {source_step_s:.4g} s measured on {src.name} x roofline {rt.step_s:.4g} s "
-               f"({target.name}, {precision}) / {rs.step_s:.4g} s ({src.name}, {sp}) = "
+               f"({target.name}, {precision}{_kernels_note(rt)}) / {rs.step_s:.4g} s "
+               f"({src.name}, {sp}{_kernels_note(rs)}) = "
                f"{step:.4g} s +- {band:.0%}{_borrowed(f, target.name, precision, anchor)}")
         return Estimate(step, band, precision, rt.floor_s, rt.bound, how, target.name, src.name)
     rt = device_roofline(ops, target.name, precision, f)
@@ -187,6 +198,7 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
            if source_device else "")
     e_u = f.unit_fraction(target.name, precision)
     units = f", FP32-unit ops at {e_u:.2f} of the FP32 peak" if e_u != 1.0 else ""
+    units += _kernels_note(rt)
     how = (f"T = roofline of {ops.model} at batch {ops.batch_size} on {target.name} "
            f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}{units}) = {rt.step_s:.4g} s "
            f"+- {b_t:.0%}{why}{_borrowed(f, target.name, precision)}")

@@ -47,6 +47,15 @@ where no point could sit on the floor even at 4 h0 with the fractions at 1, h st
 So h moves only where the device's own points show their host setting the step, and it is
 fitted to those fitted rows alone.
 
+The device's own cost per kernel. A device whose points in a class hold at least
+:data:`MIN_KERNEL_MODELS` networks also gets tau, a time per kernel added to its roofline
+(:mod:`scalelab.theory.roofline`), fitted with its fractions on a grid from 0 to 80 us and
+pulled toward 0; elsewhere tau is 0 (one network at several batches cannot tell it from the
+fractions). A device that borrows fractions borrows the mean tau of the devices they come
+from. The cost and the fractions trade against each other: on the H200 in fp32 they come
+out at e_c 0.38, e_m 0.49 and 57 us where, without tau, one pair of fractions left its
+convolutional networks 18-33% off in the fit itself (e_c 0.33, e_m 0.30).
+
 Error bands from leave-one-out predictions: :mod:`scalelab.hardware.bands`.
 """
 
@@ -88,6 +97,7 @@ class DeviceFit:
     fitted_on: str = ""  # the device(s) whose points they come from ("" for pooled)
     host_s_per_op: float = 0.0  # the host time per operation fitted with them (0: none)
     host_bound: int = 0  # of the points, those the fitted host time sets
+    kernel_s: float = 0.0  # the device's own cost per kernel fitted with them (0: none)
 
 
 @dataclass(frozen=True)
@@ -158,7 +168,8 @@ class Fit:
         units' fraction and its device's host time per operation."""
         return point_curve(p, self.factor_key(p.device, p.precision),
                            self.unit_fraction(p.device, p.precision),
-                           self.host_s_per_op(p.device)[0])
+                           self.host_s_per_op(p.device)[0],
+                           self.fractions(p.device, p.precision).kernel_s)
 
     def fractions(self, device: str, precision: str,
                   source: tuple[str, str] | None = None) -> DeviceFit:
@@ -184,7 +195,8 @@ class Fit:
             if anchored is not None:
                 return anchored
             ec, em = _geomean([(v.e_c, v.e_m) for _, v in near], (0.5, 0.5))
-            return DeviceFit(ec, em, 0, "+".join(name for name, _ in near))
+            return DeviceFit(ec, em, 0, "+".join(name for name, _ in near),
+                             kernel_s=_mean_kernel_s(near))
         return self.pooled[cls]
 
     def _anchored(self, near, cls: str, source: tuple[str, str]) -> DeviceFit | None:
@@ -217,7 +229,7 @@ class Fit:
         names = "+".join(name for name, _ in near)
         return DeviceFit(min(1.0, s_fr.e_c * rc), min(1.0, s_fr.e_m * rm), 0,
                          f"{names} relative to {s_name} (as measured together in "
-                         f"{', '.join(where)})")
+                         f"{', '.join(where)})", kernel_s=_mean_kernel_s(near))
 
     def _nearest_generation(self, dev: hardware.Device, cls: str):
         """[(device, fractions)] of the fitted devices in ``cls`` nearest to ``dev``'s
@@ -278,15 +290,46 @@ def _prior_grid(prior: tuple[float, float]) -> np.ndarray:
     return out
 
 
+# The device's own cost per kernel tau (:mod:`scalelab.theory.roofline`) is fitted with a
+# device's fractions in a class whose points hold at least MIN_KERNEL_MODELS models (one
+# network at several batches cannot tell tau from the fractions): a grid from 0 to 80 us,
+# pulled toward 0 by _LAMBDA_TAU ln(1 + tau / 5 us)^2. Elsewhere tau is 0.
+_KERNEL_GRID = np.concatenate([[0.0], 5e-6 * 2.0 ** (np.arange(0, 9) / 2.0)])
+_KERNEL_REF_S = 5e-6
+_LAMBDA_TAU = 0.005
+MIN_KERNEL_MODELS = 3
+
+
+def _kernel_grid(points: Sequence[RefPoint]) -> np.ndarray:
+    """The costs per kernel worth trying for one device's points in one class."""
+    if len({p.model for p in points}) >= MIN_KERNEL_MODELS:
+        return _KERNEL_GRID
+    return np.array([0.0])
+
+
 def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors: tuple = (),
-                e_u: float = 1.0, hosts: Sequence[float] | None = None) -> list[tuple]:
-    """[(e_c, e_m, loss, h)] of one device's points with the classes' ``factors`` and the
-    FP32 units' fraction ``e_u``, for each host time per operation h in ``hosts`` (default
-    :func:`_host_grid`); the loss includes h's pull toward h0."""
-    base = _prior_grid((float(prior[0]), float(prior[1])))
+                e_u: float = 1.0, hosts: Sequence[float] | None = None,
+                kernels: Sequence[float] = (0.0,)) -> list[tuple]:
+    """[(e_c, e_m, loss, h, tau)] of one device's points with the classes' ``factors`` and
+    the FP32 units' fraction ``e_u``, for each host time per operation h in ``hosts``
+    (default :func:`_host_grid`), each with the cost per kernel tau of ``kernels`` that fits
+    best; the loss includes h's pull toward h0 and tau's toward 0."""
     h0 = reference().host_s_per_op
     hosts = _host_grid(points, factors, e_u) if hosts is None else hosts
-    curves = [point_curve(p, factors, e_u, h0) for p in points]
+    best: list[tuple] | None = None
+    for tau in kernels:
+        pull = _LAMBDA_TAU * math.log1p(tau / _KERNEL_REF_S) ** 2
+        out = _fit_device_at(points, prior, factors, e_u, hosts, float(tau), h0)
+        out = [(e_c, e_m, loss + pull, h, float(tau)) for e_c, e_m, loss, h in out]
+        best = out if best is None else [min(a, b, key=lambda t: t[2])
+                                         for a, b in zip(best, out)]
+    return best
+
+
+def _fit_device_at(points, prior, factors, e_u, hosts, tau: float, h0: float) -> list[tuple]:
+    """[(e_c, e_m, loss, h)] for each h of ``hosts`` at the cost per kernel ``tau``."""
+    base = _prior_grid((float(prior[0]), float(prior[1])))
+    curves = [point_curve(p, factors, e_u, h0, tau) for p in points]
     # ln R - ln T with R the device's time alone; floored below by ln(floor) - ln T for each h
     # (ln is increasing: ln max(R, floor) = max(ln R, ln floor))
     misfit = [_misfit(c, p.step_s) for p, c in zip(points, curves)]
@@ -319,23 +362,28 @@ def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors:
     return out
 
 
-def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict) -> dict:
-    """(e_c, e_m, loss, h, points h sets) per (device, class) of ``groups``, one host time h
-    per device shared by its classes (one machine issues its steps whatever the precision):
-    the h of the grid with the least summed loss."""
+def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict,
+                 kernel_s: dict | None = None) -> dict:
+    """(e_c, e_m, loss, h, points h sets, tau) per (device, class) of ``groups``, one host
+    time h per device shared by its classes (one machine issues its steps whatever the
+    precision): the h of the grid with the least summed loss. Each class's cost per kernel
+    tau is fitted (:func:`_kernel_grid`) unless ``kernel_s`` gives it."""
     out = {}
+    kernel_s = kernel_s or {}
     for device in sorted({d for d, _ in groups}):
         mine = {k: ps for k, ps in groups.items() if k[0] == device}
         args = {k: (factors.get(k[1], ()), e_u.get(device, 1.0)) for k in mine}
         hosts = np.unique(np.concatenate([_host_grid(ps, *args[k]) for k, ps in mine.items()]))
-        fits = {k: _fit_device(ps, priors[k[1]], *args[k], hosts) for k, ps in mine.items()}
+        fits = {k: _fit_device(ps, priors[k[1]], *args[k], hosts,
+                               [kernel_s[k]] if k in kernel_s else _kernel_grid(ps))
+                for k, ps in mine.items()}
         best = min(range(len(hosts)), key=lambda i: sum(f[i][2] for f in fits.values()))
         for k, f in fits.items():
-            e_c, e_m, loss, h = f[best]
-            curves = [point_curve(p, *args[k], h) for p in mine[k]]
+            e_c, e_m, loss, h, tau = f[best]
+            curves = [point_curve(p, *args[k], h, tau) for p in mine[k]]
             bound = sum(1 for c in curves if c.floor_s > c.launch_floor_s
                         and c.floor_s >= float(c.device_s(e_c, e_m)))
-            out[k] = (e_c, e_m, loss, h, bound)
+            out[k] = (e_c, e_m, loss, h, bound, tau)
     return out
 
 
@@ -358,12 +406,13 @@ def _with(factors: tuple, name: str, which: int, value: float) -> tuple:
     return tuple(sorted((c, v[0], v[1]) for c, v in d.items() if v != [1.0, 1.0]))
 
 
-def _fit_factors(groups: dict, priors: dict, cls: str, e_u: dict) -> tuple:
+def _fit_factors(groups: dict, priors: dict, cls: str, e_u: dict,
+                 kernel_s: dict | None = None) -> tuple:
     """Coordinate search of the operation classes' factors of fit class ``cls``: each
     factor in turn takes the grid value that minimizes the summed loss of the devices'
     fits plus ``_LAMBDA_K (ln k)^2`` per factor (so a factor only moves from 1 when the
     points of several models ask for it; ties keep the current value, so a class no point
-    exercises stays 1)."""
+    exercises stays 1). The costs per kernel stay those of ``kernel_s``."""
     mine = {k: ps for k, ps in groups.items() if k[1] == cls}
     present = set().union(*(_classes(p) for ps in mine.values() for p in ps))
 
@@ -373,7 +422,7 @@ def _fit_factors(groups: dict, priors: dict, cls: str, e_u: dict) -> tuple:
         if factors not in seen:
             prior = _LAMBDA_K * sum(math.log(kc) ** 2 + math.log(km) ** 2
                                     for _, kc, km in factors)
-            fitted = _fit_machine(mine, priors, {cls: factors}, e_u)
+            fitted = _fit_machine(mine, priors, {cls: factors}, e_u, kernel_s)
             seen[factors] = prior + sum(v[2] for v in fitted.values())
         return seen[factors]
 
@@ -401,6 +450,12 @@ def fit(points: Sequence[RefPoint] | None = None, classes: bool = True,
     return _fit_cached(tuple(sorted(points, key=lambda p: p.key)), classes, given)
 
 
+def _mean_kernel_s(near) -> float:
+    """The mean cost per kernel of the fitted devices ``near`` [(name, fractions)] whose
+    fractions a device borrows (their fractions were fitted with it)."""
+    return sum(v.kernel_s for _, v in near) / len(near) if near else 0.0
+
+
 def _geomean(values: Sequence[tuple[float, float]], default: tuple[float, float]):
     if not values:
         return default
@@ -418,13 +473,15 @@ def _fit_cached(points: tuple[RefPoint, ...], classes: bool = True,
     factors: dict[str, tuple] = dict(given or ())
     fitted: dict[tuple[str, str], tuple] = {}
     for r in range(_ROUNDS):
+        taus = {k: v[5] for k, v in fitted.items()}  # the costs per kernel of the round before
         # plain FP32 units first: the other classes' FP32-unit operations take their fraction
         fitted = _fit_machine({k: ps for k, ps in groups.items() if k[1] == "cuda-core"},
                               priors, factors, {})
         plain = _assemble(fitted, groups, priors, factors)
         e_u = {d: plain.class_fractions(d, "cuda-core").e_c for d, _ in groups}
         if classes and given is None and r == 1:  # once the priors have settled
-            factors = {c: _fit_factors(groups, priors, c, e_u) for c in FACTOR_FIT_CLASSES}
+            factors = {c: _fit_factors(groups, priors, c, e_u, taus)
+                       for c in FACTOR_FIT_CLASSES}
         fitted.update(_fit_machine({k: ps for k, ps in groups.items() if k[1] != "cuda-core"},
                                    priors, factors, e_u))
         priors = {c: _geomean([v[:2] for k, v in fitted.items() if k[1] == c], priors[c])
@@ -433,7 +490,7 @@ def _fit_cached(points: tuple[RefPoint, ...], classes: bool = True,
 
 
 def _assemble(fitted: dict, groups: dict, priors: dict, factors: dict) -> Fit:
-    devices = {k: DeviceFit(v[0], v[1], len(groups[k]), k[0], v[3], v[4])
+    devices = {k: DeviceFit(v[0], v[1], len(groups[k]), k[0], v[3], v[4], v[5])
                for k, v in fitted.items()}
     return Fit(devices, {c: DeviceFit(*v, 0) for c, v in priors.items()},
                groups={k: frozenset(p.group for p in ps) for k, ps in groups.items()},

@@ -30,6 +30,18 @@ device: below it the step is bound by launches, not by the roofline, so
 
     T_step = max(sum of t_op, K * launch_s).
 
+The kernels' own cost. A kernel also costs the device time its work does not explain: the
+gap before it starts after the one it waits for, and the ramp-up and tail of a grid too
+small to keep every multiprocessor busy. On a large GPU this adds up (the packaged fit: an
+H200 in PyTorch's fp32 defaults 57 us per kernel, from its seven fp32 rows of six networks;
+an RTX 3090 under AMP 7 us, from timm's 42 rows), so a device may carry a time per kernel
+tau, added to the roofline:
+
+    T_device = sum of t_op + K x tau
+
+It is fitted only where a device's reference points hold several models (one network at
+several batches cannot tell it from the fractions) and is 0 elsewhere.
+
 The host. Every operation is issued by the host CPU (Python, the dispatcher, autograd, the
 launch), which queues it and goes on while the device runs what is queued. Operation i
 cannot start on the device before the host has issued it, at i x h with h the host's time
@@ -103,6 +115,7 @@ class RooflineStep:
     memory_bound_s: float  # part spent in memory-bound ops
     floor_s: float  # kernels x launch_s
     kernels: int
+    kernels_s: float = 0.0  # part of roofline_s that is the kernels' own cost, K x kernel_s
 
     @property
     def bound(self) -> str:
@@ -151,10 +164,12 @@ def step_with_host_s(device_s: float, host_s: float) -> float:
 def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e_m: float,
                   launch_s: float = 0.0,
                   class_factors: Mapping[str, tuple[float, float]] | None = None,
-                  unit_e_c: Mapping[str, float] | None = None) -> RooflineStep:
-    """T_step = max(sum_ops max(F/(P min(1, e k_c)), B/(W min(1, e_m k_m))), K launch_s),
-    with (k_c, k_m) = ``class_factors[op.op_class]`` (1, 1 when absent) and e = e_c, or
-    ``unit_e_c[op.units]`` for an op on other units (see the module)."""
+                  unit_e_c: Mapping[str, float] | None = None,
+                  kernel_s: float = 0.0) -> RooflineStep:
+    """T_step = max(sum_ops max(F/(P min(1, e k_c)), B/(W min(1, e_m k_m))) + K kernel_s,
+    K launch_s), with (k_c, k_m) = ``class_factors[op.op_class]`` (1, 1 when absent), e = e_c,
+    or ``unit_e_c[op.units]`` for an op on other units, and ``kernel_s`` the device's own
+    cost per kernel (see the module)."""
     _check_fraction("e_c", e_c)
     _check_fraction("e_m", e_m)
     factors = class_factors or {}
@@ -166,6 +181,8 @@ def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e
             raise ValueError(f"class factors of {name!r} must be > 0, got {(kc, km)}")
     if not bandwidth_Bps > 0:
         raise ValueError(f"bandwidth_Bps must be > 0, got {bandwidth_Bps}")
+    if kernel_s < 0:
+        raise ValueError(f"kernel_s must be >= 0, got {kernel_s}")
     compute_s = memory_s = 0.0
     kernels = 0
     for op in ops:
@@ -180,9 +197,10 @@ def roofline_step(ops: Iterable[RooflineOp], bandwidth_Bps: float, e_c: float, e
         else:
             memory_s += tm
         kernels += op.kernels
-    roof = compute_s + memory_s
+    roof = compute_s + memory_s + kernels * kernel_s
     floor = step_floor_s(kernels, launch_s)
-    return RooflineStep(max(roof, floor), roof, compute_s, memory_s, floor, kernels)
+    return RooflineStep(max(roof, floor), roof, compute_s, memory_s, floor, kernels,
+                        kernels * kernel_s)
 
 
 def _check_fraction(name: str, value: float) -> None:
