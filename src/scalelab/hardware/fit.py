@@ -49,9 +49,10 @@ fitted to those fitted rows alone.
 
 The device's own cost per kernel. A device whose points in a class hold at least
 :data:`MIN_KERNEL_MODELS` networks also gets tau, a time per kernel added to its roofline
-(:mod:`scalelab.theory.roofline`), fitted with its fractions on a grid from 0 to 80 us and
-pulled toward 0; elsewhere tau is 0 (one network at several batches cannot tell it from the
-fractions). A device that borrows fractions borrows the mean tau of the devices they come
+(:mod:`scalelab.theory.roofline`), fitted with its fractions on a grid from 0 to 80 us (after
+the first round, the round before's value and its neighbours on it) and pulled toward 0;
+elsewhere tau is 0 (one network at several batches cannot tell it from the fractions). A
+device that borrows fractions borrows the mean tau of the devices they come
 from. The cost and the fractions trade against each other: on the H200 in fp32 they come
 out at e_c 0.38, e_m 0.49 and 57 us where, without tau, one pair of fractions left its
 convolutional networks 18-33% off in the fit itself (e_c 0.33, e_m 0.30).
@@ -279,6 +280,23 @@ def _misfit(c: _Curve, step_s: float) -> tuple[np.ndarray, float]:
     return out, float(out.min())
 
 
+@lru_cache(maxsize=1024)
+def _ratio(c: _Curve, step_s: float) -> np.ndarray:
+    """R / T over the whole grid for curve ``c`` without the kernels' cost, kept: every cost
+    per kernel tau of a fit reads it (:func:`_with_kernels`)."""
+    out = c.device_grid_s(_PAIRS) / step_s
+    out.setflags(write=False)
+    return out
+
+
+def _with_kernels(ratio: np.ndarray, k: float) -> tuple[np.ndarray, float]:
+    """(ln(R + K tau) - ln T, its least value) from ``ratio`` = R / T and k = K tau / T.
+    Not kept (one array per tau): the ratio serves every tau."""
+    out = ratio + k
+    np.log(out, out=out)
+    return out, float(out.min())
+
+
 @lru_cache(maxsize=64)
 def _prior_grid(prior: tuple[float, float]) -> np.ndarray:
     """The prior's pull ``_LAMBDA * ((ln e_c - ln E_c)^2 + (ln e_m - ln E_m)^2)`` over the
@@ -302,11 +320,15 @@ _LAMBDA_TAU = 0.005
 MIN_KERNEL_MODELS = 3
 
 
-def _kernel_grid(points: Sequence[RefPoint]) -> np.ndarray:
-    """The costs per kernel worth trying for one device's points in one class."""
-    if len({p.model for p in points}) >= MIN_KERNEL_MODELS:
+def _kernel_grid(points: Sequence[RefPoint], near: float | None = None) -> np.ndarray:
+    """The costs per kernel worth trying for one device's points in one class: the grid, or
+    with ``near`` (the round before's) that value and its neighbours on the grid."""
+    if len({p.model for p in points}) < MIN_KERNEL_MODELS:
+        return np.array([0.0])
+    if near is None:
         return _KERNEL_GRID
-    return np.array([0.0])
+    i = int(np.argmin(np.abs(_KERNEL_GRID - near)))
+    return _KERNEL_GRID[max(0, i - 1):i + 2]
 
 
 def _fit_device(points: Sequence[RefPoint], prior: tuple[float, float], factors: tuple = (),
@@ -334,7 +356,10 @@ def _fit_device_at(points, prior, factors, e_u, hosts, tau: float, h0: float) ->
     curves = [point_curve(p, factors, e_u, h0, tau) for p in points]
     # ln R - ln T with R the device's time alone; floored below by ln(floor) - ln T for each h
     # (ln is increasing: ln max(R, floor) = max(ln R, ln floor))
-    misfit = [_misfit(c, p.step_s) for p, c in zip(points, curves)]
+    misfit = [_misfit(c, p.step_s) if not tau else
+              _with_kernels(_ratio(point_curve(p, factors, e_u, h0), p.step_s),
+                            c.kernels_s / p.step_s)
+              for p, c in zip(points, curves)]
     unfloored = None  # (i, j, loss) without h's pull, for every h no point's floor reaches
     out = []
     scratch = np.empty_like(base)
@@ -365,19 +390,21 @@ def _fit_device_at(points, prior, factors, e_u, hosts, tau: float, h0: float) ->
 
 
 def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict,
-                 kernel_s: dict | None = None) -> dict:
+                 kernel_s: dict | None = None, near: dict | None = None) -> dict:
     """(e_c, e_m, loss, h, points h sets, tau) per (device, class) of ``groups``, one host
     time h per device shared by its classes (one machine issues its steps whatever the
     precision): the h of the grid with the least summed loss. Each class's cost per kernel
-    tau is fitted (:func:`_kernel_grid`) unless ``kernel_s`` gives it."""
+    tau is fitted (:func:`_kernel_grid`, near the round before's where ``near`` has it)
+    unless ``kernel_s`` gives it."""
     out = {}
-    kernel_s = kernel_s or {}
+    kernel_s, near = kernel_s or {}, near or {}
     for device in sorted({d for d, _ in groups}):
         mine = {k: ps for k, ps in groups.items() if k[0] == device}
         args = {k: (factors.get(k[1], ()), e_u.get(device, 1.0)) for k in mine}
         hosts = np.unique(np.concatenate([_host_grid(ps, *args[k]) for k, ps in mine.items()]))
         fits = {k: _fit_device(ps, priors[k[1]], *args[k], hosts,
-                               [kernel_s[k]] if k in kernel_s else _kernel_grid(ps))
+                               [kernel_s[k]] if k in kernel_s else
+                               _kernel_grid(ps, near.get(k)))
                 for k, ps in mine.items()}
         best = min(range(len(hosts)), key=lambda i: sum(f[i][2] for f in fits.values()))
         for k, f in fits.items():
@@ -478,14 +505,14 @@ def _fit_cached(points: tuple[RefPoint, ...], classes: bool = True,
         taus = {k: v[5] for k, v in fitted.items()}  # the costs per kernel of the round before
         # plain FP32 units first: the other classes' FP32-unit operations take their fraction
         fitted = _fit_machine({k: ps for k, ps in groups.items() if k[1] == "cuda-core"},
-                              priors, factors, {})
+                              priors, factors, {}, near=taus)
         plain = _assemble(fitted, groups, priors, factors)
         e_u = {d: plain.class_fractions(d, "cuda-core").e_c for d, _ in groups}
         if classes and given is None and r == 1:  # once the priors have settled
             factors = {c: _fit_factors(groups, priors, c, e_u, taus)
                        for c in FACTOR_FIT_CLASSES}
         fitted.update(_fit_machine({k: ps for k, ps in groups.items() if k[1] != "cuda-core"},
-                                   priors, factors, e_u))
+                                   priors, factors, e_u, near=taus))
         priors = {c: _geomean([v[:2] for k, v in fitted.items() if k[1] == c], priors[c])
                   for c in priors}
     return _assemble(fitted, groups, priors, factors)
