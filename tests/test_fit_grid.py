@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from scalelab.hardware.curve import _Curve, _Grid, point_curve
-from scalelab.hardware.fit import _GRID
+from scalelab.hardware.grid_search import _GRID
 from scalelab.hardware.reference import reference
 
 

@@ -8,10 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scalelab.hardware import fit as fit_module
+from scalelab.hardware import grid_search
 from scalelab.hardware.curve import _Curve, _Grid, point_curve
 from scalelab.hardware.estimate import estimate_step
-from scalelab.hardware.fit import _GRID, MIN_KERNEL_MODELS, fit
+from scalelab.hardware.fit import fit
+from scalelab.hardware.grid_search import _GRID, MIN_KERNEL_MODELS
 from scalelab.hardware.reference import RefPoint
 from scalelab.opcache import fit_and_bands
 from scalelab.theory.roofline import RooflineOp, roofline_step
@@ -61,7 +62,7 @@ def test_the_fit_finds_a_devices_cost_per_kernel_from_several_models(monkeypatch
     pulled = fit(pts).devices[("H200", "tf32")]
     assert 20e-6 <= pulled.kernel_s < 40e-6
     # without the pull the grid search finds the cost and the fractions the steps were made of
-    monkeypatch.setattr(fit_module, "_LAMBDA_TAU", 0.0)
+    monkeypatch.setattr(grid_search, "_LAMBDA_TAU", 0.0)
     pts = _synthetic(MODELS, e_c, e_m, 40e-6, batch=96)  # new points: not the cached fit
     got = fit(pts).devices[("H200", "tf32")]
     assert got.kernel_s == pytest.approx(40e-6)
