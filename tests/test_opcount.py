@@ -110,3 +110,39 @@ def torch_sdpa_restored() -> bool:
     import torch
 
     return torch.nn.functional.scaled_dot_product_attention is opcount._SDPA
+
+
+@pytest.mark.parametrize("model,shape", [("resnet18", (3, 64, 64)),
+                                         ("mobilenet_v3_small", (3, 64, 64)),
+                                         ("densenet121", (3, 64, 64)),
+                                         ("convnext_tiny", (3, 64, 64)),
+                                         ("vit_b_16", (3, 224, 224))])
+def test_outputs_made_from_shapes_are_pytorchs(monkeypatch, model, shape):
+    """Every output :mod:`scalelab.metashapes` makes has the shape, strides and dtype of the
+    one PyTorch's meta kernel makes, and the counted step is the same op for op with the
+    shortcut off (batch norm, layer norm with permuted inputs, activations, sums)."""
+    from torch.utils._pytree import tree_flatten
+
+    from scalelab import metashapes
+
+    made, differ = [], []
+
+    def layout(out):
+        leaves, _ = tree_flatten(out if isinstance(out, tuple) else (out,))
+        return [None if t is None else (tuple(t.shape), t.stride(), t.dtype) for t in leaves]
+
+    def checked(func, args, kwargs):
+        mine = metashapes.shaped(func, args, kwargs)
+        if mine is not None:
+            made.append(str(func))
+            if layout(mine) != layout(func(*args, **kwargs)):
+                differ.append(str(func))
+        return mine
+
+    spec = (model, shape, 10, "sgd", 2)
+    monkeypatch.setattr(opcount, "shaped", checked)
+    fast = opcount._trace.__wrapped__(*spec)
+    monkeypatch.setattr(opcount, "shaped", lambda *a: None)
+    slow = opcount._trace.__wrapped__(*spec)
+    assert made and not differ, differ
+    assert fast == slow

@@ -144,6 +144,7 @@ def memory_components(spec) -> dict:
     sample, each tensor's shape and the parameters of each FSDP unit (:func:`fsdp_units`).
     fp32 throughout (the dtype the model is built in).
     """
+    from scalelab.metashapes import ShapedMeta
     from scalelab.theory import zero
     from scalelab.workload import logits_of
 
@@ -155,7 +156,8 @@ def memory_components(spec) -> dict:
         with torch.device("meta"):
             x = torch.empty((b, *spec.input_shape))
             y = torch.zeros(b, dtype=torch.long)
-        per.append(activation_bytes(model, x, lambda o, y=y: loss(logits_of(o), y)))
+        with ShapedMeta():
+            per.append(activation_bytes(model, x, lambda o, y=y: loss(logits_of(o), y)))
     params = [p for p in model.parameters() if p.requires_grad]
     elem = params[0].element_size() if params else 4
     numel = sum(p.numel() for p in params)
