@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -96,6 +97,47 @@ def test_source_digest_follows_the_counting_code(tmp_path, monkeypatch):
             (tmp_path / name).write_text(files[name] + "# edited\n")
             assert digest() != before, name
             before = digest()
+    finally:
+        opcache.source_digest.cache_clear()
+        opcache._imported.cache_clear()
+
+
+def test_source_digest_is_kept_until_a_file_it_covers_changes(tmp_path, monkeypatch, cache):
+    """The digest is read back (nothing parsed) while every file has its time and size; an
+    edited file, a module that now exists where a name was imported, or a new data file
+    makes it computed again."""
+    pkg = tmp_path / "pkg"
+    (pkg / "hardware").mkdir(parents=True)
+    (pkg / "hardware" / "bands.py").write_text("from scalelab import extra\nA = 1\n")
+    (pkg / "hardware" / "a.toml").write_text("x = 1\n")
+    monkeypatch.setattr(opcache, "_PACKAGE", pkg)
+
+    def digest():
+        opcache.source_digest.cache_clear()
+        opcache._imported.cache_clear()
+        return opcache.source_digest("fit")
+
+    def unparsed(path):
+        raise AssertionError(f"{path} parsed again")
+
+    try:
+        first = digest()
+        with monkeypatch.context() as m:
+            m.setattr(opcache, "_imported", unparsed)
+            opcache.source_digest.cache_clear()
+            assert opcache.source_digest("fit") == first  # from the stamps
+        (pkg / "extra.py").write_text("B = 1\n")  # the imported name is a module now
+        second = digest()
+        assert second != first
+        assert "extra.py" in [p.name for p in opcache.source_files("fit")]
+        (pkg / "hardware" / "b.toml").write_text("y = 2\n")
+        third = digest()
+        assert third != second
+        extra = pkg / "extra.py"
+        was = extra.stat().st_mtime_ns
+        extra.write_text("B = 2\n")  # the same size, a later time
+        os.utime(extra, ns=(was + 10**9, was + 10**9))
+        assert digest() != third
     finally:
         opcache.source_digest.cache_clear()
         opcache._imported.cache_clear()

@@ -98,31 +98,95 @@ def _imported(path: Path) -> frozenset[str]:
     return frozenset(names)
 
 
-def source_files(kind: str) -> list[Path]:
-    """The files a value of ``kind`` is computed by: its module, the package modules it
-    imports (transitively), and its data files."""
+def _closure(kind: str) -> tuple[list[Path], list[str]]:
+    """The files of :func:`source_files` and the imported names that are no file of the
+    package (a function or class imported from a module)."""
     root, data = _SOURCES[kind]
     seen: dict[str, Path] = {}
+    absent: set[str] = set()
     todo = [root]
     while todo:
         name = todo.pop()
+        if name in seen or name in absent:
+            continue
         path = _module_file(name)
-        if name in seen or path is None:
+        if path is None:
+            absent.add(name)
             continue
         seen[name] = path
         todo.extend(_imported(path) - set(seen))
     files = set(seen.values()) | {f for pattern in data for f in _PACKAGE.glob(pattern)}
-    return sorted(files)
+    return sorted(files), sorted(absent)
+
+
+def source_files(kind: str) -> list[Path]:
+    """The files a value of ``kind`` is computed by: its module, the package modules it
+    imports (transitively), and its data files."""
+    return _closure(kind)[0]
+
+
+def _stamp(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_mtime_ns, st.st_size]
+
+
+def _stamps_path(kind: str) -> Path:
+    package = hashlib.sha256(str(_PACKAGE).encode()).hexdigest()[:16]
+    return cache_dir() / "sources" / f"{kind}-{package}.json"
+
+
+def _stamped_digest(kind: str) -> str | None:
+    """The digest kept for ``kind`` when nothing it was computed from has changed since:
+    every file has the modification time and size it had, every imported name that was no
+    file is still none, and the data files are the same."""
+    try:
+        record = json.loads(_stamps_path(kind).read_text())
+        if record["package"] != str(_PACKAGE) or record["format"] != FORMAT_VERSION:
+            return None
+        for rel, stamp in record["files"].items():
+            if _stamp(_PACKAGE / rel) != stamp:
+                return None
+        if any(_module_file(name) is not None for name in record["absent"]):
+            return None
+        data = sorted(str(f.relative_to(_PACKAGE)) for pattern in _SOURCES[kind][1]
+                      for f in _PACKAGE.glob(pattern))
+        if not set(data) <= set(record["files"]):
+            return None
+        return str(record["digest"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @cache
 def source_digest(kind: str) -> str:
     """SHA-256 of the content of :func:`source_files`: a change to the code that computes a
-    value, the record it returns or the data it reads is a new key."""
+    value, the record it returns or the data it reads is a new key.
+
+    Reading and parsing the files takes about 0.2 s, on every command that reads the cache;
+    so the digest is kept (``<cache>/sources/``) with each file's modification time and size,
+    and used again while none has changed (the test Python makes of its own compiled files).
+    """
+    kept = _stamped_digest(kind)
+    if kept is not None:
+        return kept
+    files, absent = _closure(kind)
     h = hashlib.sha256()
-    for f in source_files(kind):
-        h.update(str(f.relative_to(_PACKAGE)).encode() + b"\0" + f.read_bytes())
-    return h.hexdigest()
+    stamps = {}
+    for f in files:
+        rel = str(f.relative_to(_PACKAGE))
+        stamps[rel] = _stamp(f)
+        h.update(rel.encode() + b"\0" + f.read_bytes())
+    digest = h.hexdigest()
+    from scalelab.errors import UsageError
+    from scalelab.results import write_text_atomic
+
+    try:
+        write_text_atomic(_stamps_path(kind), json.dumps(
+            {"package": str(_PACKAGE), "format": FORMAT_VERSION, "digest": digest,
+             "files": stamps, "absent": absent}))
+    except (OSError, UsageError):
+        pass  # an unwritable cache costs reading the files again
+    return digest
 
 
 def cache_key(kind: str, fields: dict[str, Any]) -> dict[str, Any]:
