@@ -12,6 +12,9 @@ each is computed once and kept in the per-user cache (:func:`scalelab.paths.cach
     <cache>/fit/<key>.pkl        (Fit, Bands) of the packaged reference data, where the
                                  package's own copy (hardware/fit.json) is stale
     <cache>/memory/<key>.pkl     memory components of (model, input shape, classes, optimizer)
+    <cache>/sources/<kind>-<package>.json
+                                 the digest of the source files below, with their times
+                                 and sizes (:func:`source_digest`)
 
 A key is the SHA-256 of everything the value depends on: the inputs above, the torch and
 torchvision versions, :data:`FORMAT_VERSION` and the content of the source and data files
