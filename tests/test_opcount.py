@@ -146,3 +146,9 @@ def test_outputs_made_from_shapes_are_pytorchs(monkeypatch, model, shape):
     slow = opcount._trace.__wrapped__(*spec)
     assert made and not differ, differ
     assert fast == slow
+
+
+def test_every_operation_made_from_shapes_is_found_in_this_torch():
+    from scalelab import metashapes
+
+    assert len(metashapes._SHAPED) == len(metashapes._MAKERS) == 14

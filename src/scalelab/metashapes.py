@@ -98,22 +98,31 @@ def _add(a, b, *, alpha=1):
     return _like(a)
 
 
-_SHAPED = {
-    aten.native_batch_norm.default: _batch_norm,
-    aten.native_batch_norm_backward.default: _batch_norm_backward,
-    aten.native_layer_norm.default: _layer_norm,
-    aten.native_layer_norm_backward.default: _layer_norm_backward,
-    aten.threshold_backward.default: _pointwise_backward,
-    aten.hardtanh_backward.default: _pointwise_backward,
-    aten.gelu_backward.default: _pointwise_backward,
-    aten.sigmoid_backward.default: _pointwise_backward,
-    aten.hardswish_backward.default: _pointwise_backward,
-    aten.hardsigmoid_backward.default: _pointwise_backward,
-    aten.gelu.default: _pointwise,
-    aten.hardsigmoid.default: _pointwise,
-    aten.hardswish_.default: _pointwise_,
-    aten.add.Tensor: _add,
+_MAKERS = {
+    "native_batch_norm.default": _batch_norm,
+    "native_batch_norm_backward.default": _batch_norm_backward,
+    "native_layer_norm.default": _layer_norm,
+    "native_layer_norm_backward.default": _layer_norm_backward,
+    "threshold_backward.default": _pointwise_backward,
+    "hardtanh_backward.default": _pointwise_backward,
+    "gelu_backward.default": _pointwise_backward,
+    "sigmoid_backward.default": _pointwise_backward,
+    "hardswish_backward.default": _pointwise_backward,
+    "hardsigmoid_backward.default": _pointwise_backward,
+    "gelu.default": _pointwise,
+    "hardsigmoid.default": _pointwise,
+    "hardswish_.default": _pointwise_,
+    "add.Tensor": _add,
 }
+
+
+def _overload(name: str):
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(aten, packet, None), overload, None)
+
+
+# an operation this torch does not have is left to PyTorch
+_SHAPED = {op: make for name, make in _MAKERS.items() if (op := _overload(name)) is not None}
 
 
 def shaped(func, args: tuple, kwargs: dict):
