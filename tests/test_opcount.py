@@ -152,3 +152,24 @@ def test_every_operation_made_from_shapes_is_found_in_this_torch():
     from scalelab import metashapes
 
     assert len(metashapes._SHAPED) == len(metashapes._MAKERS) == 14
+
+
+def test_mismatched_normalization_is_left_to_pytorch():
+    """A per-channel tensor of the wrong size, or a normalized shape the input does not end
+    in, is not made from shapes: PyTorch's kernel runs and raises."""
+    import torch
+
+    from scalelab.metashapes import shaped
+
+    aten = torch.ops.aten
+    x = torch.empty(2, 8, 4, 4, device="meta")
+    six, eight = torch.empty(6, device="meta"), torch.empty(8, device="meta")
+    bn = aten.native_batch_norm.default
+    assert shaped(bn, (x, eight, eight, eight, eight, True, 0.1, 1e-5), {}) is not None
+    assert shaped(bn, (x, six, six, six, six, True, 0.1, 1e-5), {}) is None
+    y = torch.empty(2, 5, 7, device="meta")
+    ln = aten.native_layer_norm.default
+    assert shaped(ln, (y, [7], torch.empty(7, device="meta"), None, 1e-5), {}) is not None
+    assert shaped(ln, (y, [6], None, None, 1e-5), {}) is None
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.layer_norm(y, [6])

@@ -32,20 +32,34 @@ def _same_layout(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.stride() == b.stride()
 
 
+def _per_channel(x: torch.Tensor, *stats) -> bool:
+    """Every per-channel tensor given has one value per channel of ``x``."""
+    return all(t is None or tuple(t.shape) == (x.shape[1],) for t in stats)
+
+
+def _normalized(x: torch.Tensor, normalized_shape, *affine) -> bool:
+    """``x`` ends in ``normalized_shape`` and so do the weight and bias given."""
+    shape = tuple(normalized_shape)
+    return 0 < len(shape) <= x.dim() and tuple(x.shape[x.dim() - len(shape):]) == shape \
+        and all(t is None or tuple(t.shape) == shape for t in affine)
+
+
 def _like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(t)
 
 
 def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
-    if not _meta(x, weight, bias, running_mean, running_var) or x.dim() < 2:
-        return None
+    if not _meta(x, weight, bias, running_mean, running_var) or x.dim() < 2 \
+            or not _per_channel(x, weight, bias, running_mean, running_var):
+        return None  # PyTorch's kernel says what is wrong
     stats = (x.shape[1],) if training else (0,)
     return _like(x), x.new_empty(stats), x.new_empty(stats)
 
 
 def _batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_mean,
                          save_invstd, train, eps, output_mask):
-    if not _meta(grad_out, x, weight) or not _same_layout(grad_out, x) or x.dim() < 2:
+    if not _meta(grad_out, x, weight) or not _same_layout(grad_out, x) or x.dim() < 2 \
+            or not _per_channel(x, weight):
         return None
     channels = (x.shape[1],)
     return (_like(x) if output_mask[0] else None,
@@ -56,7 +70,7 @@ def _batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_me
 
 
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    if not _meta(x, weight, bias):
+    if not _meta(x, weight, bias) or not _normalized(x, normalized_shape, weight, bias):
         return None
     axis = x.dim() - len(normalized_shape)
     stats = (*x.shape[:axis], *([1] * len(normalized_shape)))
@@ -65,7 +79,8 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 def _layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight, bias,
                          output_mask):
-    if not _meta(grad_out, x, weight, bias) or not _same_layout(grad_out, x):
+    if not _meta(grad_out, x, weight, bias) or not _same_layout(grad_out, x) \
+            or not _normalized(x, normalized_shape, weight, bias):
         return None
     return (x.new_empty(x.shape) if output_mask[0] else None,
             _like(weight) if output_mask[1] and weight is not None else None,
