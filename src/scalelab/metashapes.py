@@ -44,16 +44,12 @@ def _normalized(x: torch.Tensor, normalized_shape, *affine) -> bool:
         and all(t is None or tuple(t.shape) == shape for t in affine)
 
 
-def _like(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(t)
-
-
 def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     if not _meta(x, weight, bias, running_mean, running_var) or x.dim() < 2 \
             or not _per_channel(x, weight, bias, running_mean, running_var):
         return None  # PyTorch's kernel says what is wrong
     stats = (x.shape[1],) if training else (0,)
-    return _like(x), x.new_empty(stats), x.new_empty(stats)
+    return torch.empty_like(x), x.new_empty(stats), x.new_empty(stats)
 
 
 def _batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_mean,
@@ -61,12 +57,9 @@ def _batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_me
     if not _meta(grad_out, x, weight) or not _same_layout(grad_out, x) or x.dim() < 2 \
             or not _per_channel(x, weight):
         return None
-    channels = (x.shape[1],)
-    return (_like(x) if output_mask[0] else None,
-            (_like(weight) if weight is not None else x.new_empty(channels))
-            if output_mask[1] else None,
-            (_like(weight) if weight is not None else x.new_empty(channels))
-            if output_mask[2] else None)
+    # the weight's and the bias's gradients: one value per channel
+    return (torch.empty_like(x) if output_mask[0] else None,
+            *(x.new_empty((x.shape[1],)) if m else None for m in output_mask[1:3]))
 
 
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
@@ -83,21 +76,19 @@ def _layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight, bias
             or not _normalized(x, normalized_shape, weight, bias):
         return None
     return (x.new_empty(x.shape) if output_mask[0] else None,
-            _like(weight) if output_mask[1] and weight is not None else None,
-            _like(bias) if output_mask[2] and bias is not None else None)
+            torch.empty_like(weight) if output_mask[1] and weight is not None else None,
+            torch.empty_like(bias) if output_mask[2] and bias is not None else None)
 
 
 def _pointwise_backward(grad_out, x, *_scalars, **_kwargs):
     """An activation's backward: the gradient has the shape and layout of the output's."""
     if not _meta(grad_out, x) or not _same_layout(grad_out, x):
         return None
-    return _like(grad_out)
+    return torch.empty_like(grad_out)
 
 
 def _pointwise(x, *_scalars, **_kwargs):
-    if not _meta(x):
-        return None
-    return _like(x)
+    return torch.empty_like(x) if _meta(x) else None
 
 
 def _pointwise_(x, *_scalars, **_kwargs):
@@ -110,7 +101,7 @@ def _add(a, b, *, alpha=1):
     a tensor is used twice, residual connections)."""
     if not isinstance(b, torch.Tensor) or not _meta(a, b) or not _same_layout(a, b):
         return None
-    return _like(a)
+    return torch.empty_like(a)
 
 
 _MAKERS = {
@@ -152,11 +143,16 @@ def shaped(func, args: tuple, kwargs: dict):
         return None
 
 
+def run(func, args: tuple, kwargs: dict):
+    """``func(*args, **kwargs)``: made from shapes where :func:`shaped` can, by PyTorch
+    otherwise."""
+    out = shaped(func, args, kwargs)
+    return func(*args, **kwargs) if out is None else out
+
+
 class ShapedMeta(TorchDispatchMode):
-    """Runs every operation through :func:`shaped` first, PyTorch's kernel otherwise: a
-    forward pass on meta tensors in a fraction of the time, with the same tensors."""
+    """Runs every operation through :func:`run`: a forward pass on meta tensors in a
+    fraction of the time, with the same tensors."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = shaped(func, args, kwargs)
-        return func(*args, **kwargs) if out is None else out
+        return run(func, args, kwargs or {})

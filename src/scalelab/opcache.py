@@ -151,9 +151,9 @@ def _stamped_digest(kind: str) -> str | None:
                 return None
         if any(_module_file(name) is not None for name in record["absent"]):
             return None
-        data = sorted(str(f.relative_to(_PACKAGE)) for pattern in _SOURCES[kind][1]
-                      for f in _PACKAGE.glob(pattern))
-        if not set(data) <= set(record["files"]):
+        data = {str(f.relative_to(_PACKAGE)) for pattern in _SOURCES[kind][1]
+                for f in _PACKAGE.glob(pattern)}
+        if not data <= record["files"].keys():
             return None
         return str(record["digest"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -180,15 +180,9 @@ def source_digest(kind: str) -> str:
         stamps[rel] = _stamp(f)
         h.update(rel.encode() + b"\0" + f.read_bytes())
     digest = h.hexdigest()
-    from scalelab.errors import UsageError
-    from scalelab.results import write_text_atomic
-
-    try:
-        write_text_atomic(_stamps_path(kind), json.dumps(
-            {"package": str(_PACKAGE), "format": FORMAT_VERSION, "digest": digest,
-             "files": stamps, "absent": absent}))
-    except (OSError, UsageError):
-        pass  # an unwritable cache costs reading the files again
+    _write(_stamps_path(kind), json.dumps({"package": str(_PACKAGE), "format": FORMAT_VERSION,
+                                           "digest": digest, "files": stamps,
+                                           "absent": absent}))
     return digest
 
 
@@ -217,15 +211,23 @@ def _load(path: Path, key: dict[str, Any]) -> tuple[bool, Any]:
     return True, record["value"]
 
 
-def _store(path: Path, key: dict[str, Any], value: Any) -> None:
+def _write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` atomically, or nothing: an unwritable cache costs a recount."""
     from scalelab.errors import UsageError
     from scalelab.results import write_text_atomic
 
     try:
-        write_text_atomic(path, pickle.dumps({"key": key, "value": value},
-                                             protocol=pickle.HIGHEST_PROTOCOL))
-    except (OSError, UsageError, pickle.PicklingError, TypeError, AttributeError):
-        pass  # an unwritable cache (or a value that cannot be pickled) costs a recount
+        write_text_atomic(path, data)
+    except (OSError, UsageError):
+        pass
+
+
+def _store(path: Path, key: dict[str, Any], value: Any) -> None:
+    try:
+        data = pickle.dumps({"key": key, "value": value}, protocol=pickle.HIGHEST_PROTOCOL)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return  # a value that cannot be pickled is counted again next time
+    _write(path, data)
 
 
 def cached(kind: str, fields: dict[str, Any], compute: Callable[[], T],

@@ -56,7 +56,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import conv_flop_count, flop_registry
 
-from scalelab.metashapes import shaped
+from scalelab import metashapes
 from scalelab.opclasses import op_class
 from scalelab.oprecord import PHASES, OpCost, StepOps  # noqa: F401 - re-exported
 from scalelab.workload import WorkloadSpec, logits_of
@@ -103,9 +103,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = shaped(func, args, kwargs)
-        if out is None:
-            out = func(*args, **kwargs)
+        out = metashapes.run(func, args, kwargs)
         packet = func._overloadpacket
         name = packet.__name__
         if name in _VIEW_OPS or name in _ALLOC_OPS:
