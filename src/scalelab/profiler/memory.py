@@ -146,10 +146,9 @@ def memory_components(spec) -> dict:
     """
     from scalelab.metashapes import ShapedMeta
     from scalelab.theory import zero
-    from scalelab.workload import logits_of
+    from scalelab.workload import logits_of, meta_model
 
-    with torch.device("meta"):
-        model = spec.build_model(seed=None)
+    model = meta_model(spec)
     loss = spec.loss_fn()
     per = []
     for b in (1, 2):
