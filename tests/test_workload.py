@@ -123,5 +123,7 @@ def test_meta_model_builds_a_named_model_once_and_hands_out_copies(monkeypatch):
     # another class count is another model; a user's factory is called every time
     assert tuple(workload.meta_model(WorkloadSpec("resnet18")).fc.weight.shape) == (1000, 512)
     toy = WorkloadSpec("tests.toy_models:linear", input_shape=(8,), num_classes=4)
-    workload.meta_model(toy), workload.meta_model(toy)
+    for _ in range(2):
+        workload.meta_model(toy)
+    assert not toy.named and spec.named
     assert builds == ["resnet18", "resnet18", toy.model, toy.model]

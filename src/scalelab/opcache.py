@@ -259,11 +259,6 @@ def _spec(spec: WorkloadSpec | str) -> WorkloadSpec:
     return WorkloadSpec(model=spec) if isinstance(spec, str) else spec
 
 
-def _on_disk(spec: WorkloadSpec) -> bool:
-    """Only a named (torchvision) model: a user's factory can change under its name."""
-    return ":" not in spec.model
-
-
 def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
     """:func:`scalelab.opcount.step_ops`, counted once per (model, input shape, classes,
     optimizer, batch, torch version) and kept on disk."""
@@ -277,7 +272,7 @@ def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
     fields = {"model": spec.model, "input_shape": list(spec.input_shape),
               "num_classes": spec.num_classes, "optimizer": spec.optimizer,
               "batch_size": batch_size}
-    return cached("ops", fields, count, persist=_on_disk(spec))
+    return cached("ops", fields, count, persist=spec.named)
 
 
 def describe(spec: WorkloadSpec | str, flops: bool = True) -> WorkloadInfo:
@@ -292,7 +287,7 @@ def describe(spec: WorkloadSpec | str, flops: bool = True) -> WorkloadInfo:
 
     fields = {"model": spec.model, "input_shape": list(spec.input_shape),
               "num_classes": spec.num_classes, "flops": bool(flops)}
-    return cached("describe", fields, run, persist=_on_disk(spec))
+    return cached("describe", fields, run, persist=spec.named)
 
 
 def memory_components(spec: WorkloadSpec | str) -> dict | None:
@@ -308,7 +303,7 @@ def memory_components(spec: WorkloadSpec | str) -> dict | None:
 
     fields = {"model": spec.model, "input_shape": list(spec.input_shape),
               "num_classes": spec.num_classes, "optimizer": spec.optimizer}
-    return cached("memory", fields, run, persist=_on_disk(spec))
+    return cached("memory", fields, run, persist=spec.named)
 
 
 def fit_and_bands() -> tuple[Fit, Bands]:
