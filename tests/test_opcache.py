@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import pickle
 from pathlib import Path
@@ -100,6 +101,53 @@ def test_source_digest_follows_the_counting_code(tmp_path, monkeypatch):
     finally:
         opcache.source_digest.cache_clear()
         opcache._imported.cache_clear()
+
+
+def _imports_by_parsing(path: Path) -> frozenset[str]:
+    """What :func:`opcache._imported` must find, from the file's syntax tree."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == "scalelab")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "scalelab":
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return frozenset(names)
+
+
+def test_imports_found_by_their_lines_are_the_syntax_trees(tmp_path):
+    """The scan of import lines finds what parsing finds: in every file of the package, and
+    in one that hides imports in a docstring, a comment, a string and a bracketed list."""
+    odd = tmp_path / "odd.py"
+    odd.write_text('''"""An example, no import:
+
+    from scalelab.report import write_report
+    import scalelab.advise
+"""
+import os, scalelab.paths as p, torch
+from scalelab.plan import (  # the plan's names (some of them)
+    Cluster,  # a class
+    plan as make_plan,
+)
+from torch import nn
+# from scalelab.runner import nothing
+X = "import scalelab.results"
+
+
+def f():
+    from scalelab import workload, metashapes; import scalelab.errors
+    return \'\'\'
+from scalelab.theory import zero
+\'\'\'
+''')
+    assert opcache._imported(odd) == _imports_by_parsing(odd) == {
+        "scalelab.paths", "scalelab.plan", "scalelab.plan.Cluster", "scalelab.plan.plan",
+        "scalelab", "scalelab.workload", "scalelab.metashapes", "scalelab.errors"}
+    files = sorted(Path(opcache.__file__).parent.rglob("*.py"))
+    assert len(files) > 50
+    for path in files:
+        assert opcache._imported(path) == _imports_by_parsing(path), path
 
 
 def test_source_digest_is_kept_until_a_file_it_covers_changes(tmp_path, monkeypatch, cache):

@@ -3,11 +3,12 @@
 The held-out points are tests/data/published_holdout.toml, each with its source (ResNet-50 and,
 for models the fit never saw, EfficientNet-B0 and B4); pairs are
 formed within one group (one software stack). Issue targets: median |error| <= 15% and
-worst <= 30%. Measured with this data: the packaged fit gives a median of 4.9% and a worst
-of 29.0%; leaving the target device out of the fit, a median of 6.1% and a worst of 30.8%
-(V100 to A100 40 GB in TF32 in the pytorch-20.06 container, the A100's first release; the
-K80 from a P100, -35% when it borrowed the K40's 2016 fractions as they were, is -6% with
-them taken relative to the P100's), every pair inside its band.
+worst <= 30%. Measured with this data (``benchmarks/published_fidelity.py``): the packaged
+fit gives a median of 4.9% and a worst of 29.2%, 95% of the pairs inside their band; leaving
+the target device out of the fit, a median of 5.6% and a worst of 31.2% (V100 to A100 40 GB
+in TF32 in the pytorch-20.06 container, the A100's first release; the K80 from a P100, -35%
+when it borrowed the K40's 2016 fractions as they were, is -6% with them taken relative to
+the P100's), every pair inside its band.
 """
 
 from pathlib import Path

@@ -33,10 +33,10 @@ to is not a place to point ``SCALELAB_CACHE_DIR`` at.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import pickle
+import re
 from collections.abc import Callable
 from functools import cache
 from importlib import metadata
@@ -87,17 +87,36 @@ def _module_file(name: str) -> Path | None:
     return None
 
 
+# The imports of the package in a module's text: ``import scalelab.x [as y], ...`` and
+# ``from scalelab.x import a [as b], ...`` (or a bracketed list over lines), each at the start
+# of a line or after a ``;``, at any indentation (so inside a function too). Triple-quoted
+# strings and comments are blanked first: an example in a docstring is no import. Parsing each
+# file took 0.14 s for the fit's 45 files, on a command's first run; this takes a seventh.
+_TRIPLE_QUOTED = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'')
+_COMMENT = re.compile(r"#[^\n]*")
+_IMPORT = re.compile(r"(?:^|;)[ \t]*(?:from[ \t]+(scalelab(?:\.\w+)*)[ \t]+import[ \t]+"
+                     r"(\([^)]*\)|[^\n;]*)|import[ \t]+([^\n;]*))", re.M)
+
+
+def _names(listed: str) -> list[str]:
+    """The names of ``a as b, c``, or of such a list in brackets over lines."""
+    return [part.split()[0] for part in listed.strip().strip("()").split(",") if part.split()]
+
+
 @cache
 def _imported(path: Path) -> frozenset[str]:
-    """The ``scalelab`` modules a file imports, at module level or inside functions."""
+    """The ``scalelab`` modules a file imports, at module level or inside functions (and
+    each ``module.name`` of a ``from module import name``: a submodule, or a name that is
+    none)."""
+    text = _COMMENT.sub("", _TRIPLE_QUOTED.sub("", path.read_text(encoding="utf-8")))
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names if a.name.split(".")[0] == "scalelab")
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                and node.module.split(".")[0] == "scalelab":
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)  # submodules
+    for m in _IMPORT.finditer(text):
+        module, listed, plain = m.groups()
+        if module:
+            names.add(module)
+            names.update(f"{module}.{name}" for name in _names(listed))
+        else:
+            names.update(n for n in _names(plain) if n.split(".")[0] == "scalelab")
     return frozenset(names)
 
 
@@ -165,9 +184,10 @@ def source_digest(kind: str) -> str:
     """SHA-256 of the content of :func:`source_files`: a change to the code that computes a
     value, the record it returns or the data it reads is a new key.
 
-    Reading and parsing the files takes about 0.2 s, on every command that reads the cache;
-    so the digest is kept (``<cache>/sources/``) with each file's modification time and size,
-    and used again while none has changed (the test Python makes of its own compiled files).
+    Finding the files (their import lines) and reading them took 0.03 s for the four kinds
+    (0.18 s when each file was parsed); the digest is kept (``<cache>/sources/``) with each
+    file's modification time and size, and used again while none has changed (the test
+    Python makes of its own compiled files).
     """
     kept = _stamped_digest(kind)
     if kept is not None:
