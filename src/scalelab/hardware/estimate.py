@@ -117,6 +117,11 @@ def _borrowed(f: Fit, device: str, precision: str,
     return f"; {device} has no published point: fractions of {whose}"
 
 
+def _time(s: float) -> str:
+    """A step's time as the plan's other lines give it: milliseconds below a second."""
+    return f"{s * 1e3:.4g} ms" if s < 1 else f"{s:.4g} s"
+
+
 def _kernels_note(r: RooflineStep) -> str:
     """", K kernels x tau of the device's own cost per kernel" where the roofline has one."""
     if not r.kernels_s:
@@ -187,10 +192,10 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
         rs = device_roofline(source_ops or ops, src.name, sp, f)
         step = max(source_step_s * rt.step_s / rs.step_s, rt.floor_s)
         band = math.hypot(b.band(src.name, sp), b_t)
-        how = (f"T = {source_step_s:.4g} s measured on {src.name} x roofline {rt.step_s:.4g} s "
-               f"({target.name}, {precision}{_kernels_note(rt)}) / {rs.step_s:.4g} s "
-               f"({src.name}, {sp}{_kernels_note(rs)}) = "
-               f"{step:.4g} s +- {band:.0%}{_borrowed(f, target.name, precision, anchor)}")
+        how = (f"T = {_time(source_step_s)} measured on {src.name} x roofline "
+               f"{_time(rt.step_s)} ({target.name}, {precision}{_kernels_note(rt)}) / "
+               f"{_time(rs.step_s)} ({src.name}, {sp}{_kernels_note(rs)}) = "
+               f"{_time(step)} +- {band:.0%}{_borrowed(f, target.name, precision, anchor)}")
         return Estimate(step, band, precision, rt.floor_s, rt.bound, how, target.name, src.name)
     rt = device_roofline(ops, target.name, precision, f)
     fr = f.fractions(target.name, precision)
@@ -200,7 +205,7 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
     units = f", FP32-unit ops at {e_u:.2f} of the FP32 peak" if e_u != 1.0 else ""
     units += _kernels_note(rt)
     how = (f"T = roofline of {ops.model} at batch {ops.batch_size} on {target.name} "
-           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}{units}) = {rt.step_s:.4g} s "
+           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}{units}) = {_time(rt.step_s)} "
            f"+- {b_t:.0%}{why}{_borrowed(f, target.name, precision)}")
     return Estimate(rt.step_s, b_t, precision, rt.floor_s, rt.bound, how, target.name,
                     source_device)
