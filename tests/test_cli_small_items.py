@@ -103,3 +103,37 @@ def test_hardware_list_piped_keeps_every_number(capsys):
     assert "…" not in out and "..." not in out
     v100 = next(line for line in out.splitlines() if "V100-SXM2-16GB" in line)
     assert "15.7" in v100 and "125" in v100 and "900" in v100
+
+
+@pytest.mark.parametrize("extra, says", [
+    ("step_s = inf", "'step_s' must be a finite number, got inf"),
+    ("batch_size = nan", "'batch_size' must be a finite number, got nan"),
+    ("host_s_per_op = inf", "'host_s_per_op' must be a finite number, got inf"),
+    ("host_s_per_op = 0", "'host_s_per_op' must be > 0 seconds, got 0"),
+    ("num_classes = 10.5", "'num_classes' must be an integer >= 1, got 10.5"),
+    ("num_classes = \"ten\"", "'num_classes' must be a number, got 'ten'"),
+    ("algorithm = 5", "'algorithm' must be a name in quotes, got 5"),
+    ("algorithm = \"bf16\"", "'algorithm': unknown computation option(s) bf16 (known: default,"),
+    ("algorithm = \"bf16_autocast+fp16_autocast\"",
+     "'algorithm': 'bf16_autocast+fp16_autocast': choose one of bf16_autocast and fp16"),
+    ("device = 7", "'device' must be a name in quotes, got 7"),
+    ("load_s_per_sample = -0.01", "'load_s_per_sample' must be >= 0 seconds, got -0.01"),
+    ("flops_per_sample = 0", "'flops_per_sample' must be > 0 FLOPs, got 0"),
+])
+def test_a_workload_files_bad_value_is_one_line_naming_its_key(extra, says, tmp_path, capsys):
+    """Each of these was a traceback (inf, a number for a name, a negative load time) or
+    taken without a word (an unknown configuration, 10.5 classes, no FLOPs)."""
+    w = tmp_path / "w.toml"
+    lines = {"param_bytes": "100_000_000", "batch_size": "32", "step_s": "0.2"}
+    key, value = (part.strip() for part in extra.split("=", 1))
+    w.write_text("".join(f"{k} = {v}\n" for k, v in {**lines, key: value}.items()))
+    code = main(["plan", "--workload", str(w), "--gpus-per-node", "2", "--device", "H100-SXM",
+                 "--out", str(tmp_path / "plan.json")])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"scalelab: error: {w}: {says}"), err
+    assert not (tmp_path / "plan.json").exists()
+    # the same file without the bad line plans
+    w.write_text("param_bytes = 100_000_000\nbatch_size = 32\nstep_s = 0.2\n")
+    assert main(["plan", "--workload", str(w), "--gpus-per-node", "2", "--device", "H100-SXM",
+                 "--out", str(tmp_path / "plan.json"), "--quiet"]) == 0

@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from scalelab.algorithm_names import parse
 from scalelab.errors import UsageError
 from scalelab.plan.step import ModelParams
 from scalelab.results import read_json, read_toml
@@ -124,6 +126,8 @@ def _num(d: dict, key: str, where: str, required: bool = True):
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise UsageError(f"{where}: {key!r} must be a number, got {v!r}")
+    if not math.isfinite(v):  # TOML has inf and nan
+        raise UsageError(f"{where}: {key!r} must be a finite number, got {v!r}")
     return v
 
 
@@ -226,10 +230,25 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
     batch = _num(data, "batch_size", where)
     model = data.get("model")
     tensor_bytes: tuple[int, ...] = ()
-    flops = _num(data, "flops_per_sample", where, required=False)
+    flops = _positive(data, "flops_per_sample", where, "FLOPs")
     param_bytes = _num(data, "param_bytes", where, required=False)
     input_shape = data.get("input_shape", (3, 224, 224))
-    num_classes = data.get("num_classes", 1000)
+    num_classes = _num(data, "num_classes", where, required=False)
+    num_classes = 1000 if num_classes is None else num_classes
+    if int(num_classes) != num_classes or num_classes < 1:
+        raise UsageError(f"{where}: 'num_classes' must be an integer >= 1, got {num_classes!r}")
+    for key in ("device", "algorithm"):
+        if key in data and not (isinstance(data[key], str) and data[key].strip()):
+            raise UsageError(f"{where}: {key!r} must be a name in quotes, got {data[key]!r}")
+    if "algorithm" in data:
+        try:
+            parse(data["algorithm"])
+        except UsageError as e:
+            raise UsageError(f"{where}: 'algorithm': {e}") from None
+    load_s_per_sample = _num(data, "load_s_per_sample", where, required=False)
+    if load_s_per_sample is not None and load_s_per_sample < 0:
+        raise UsageError(f"{where}: 'load_s_per_sample' must be >= 0 seconds, "
+                         f"got {load_s_per_sample!r}")
     if model is not None:
         from scalelab.opcache import describe
         from scalelab.workload import WorkloadSpec
@@ -248,17 +267,17 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
         model=model, tensor_bytes=tensor_bytes, flops_per_sample=flops,
         device=data.get("device"), algorithm=data.get("algorithm"),
         io_s=float(_num(data, "io_s", where, required=False) or 0.0),
-        load_s_per_sample=_num(data, "load_s_per_sample", where, required=False),
+        load_s_per_sample=load_s_per_sample,
         batches=((int(batch), float(step_s)),), path=where,
         input_shape=tuple(input_shape), num_classes=int(num_classes),
         host_s_per_op=_positive(data, "host_s_per_op", where),
     )
 
 
-def _positive(d: dict, key: str, where: str) -> float | None:
+def _positive(d: dict, key: str, where: str, unit: str = "seconds") -> float | None:
     v = _num(d, key, where, required=False)
     if v is not None and not v > 0:
-        raise UsageError(f"{where}: {key!r} must be > 0 seconds, got {v!r}")
+        raise UsageError(f"{where}: {key!r} must be > 0 {unit}, got {v!r}")
     return v
 
 
