@@ -137,3 +137,34 @@ def test_a_workload_files_bad_value_is_one_line_naming_its_key(extra, says, tmp_
     w.write_text("param_bytes = 100_000_000\nbatch_size = 32\nstep_s = 0.2\n")
     assert main(["plan", "--workload", str(w), "--gpus-per-node", "2", "--device", "H100-SXM",
                  "--out", str(tmp_path / "plan.json"), "--quiet"]) == 0
+
+
+@pytest.mark.parametrize("extra, says", [
+    ("price_per_gpu_hour = \"2.5\"", "price_per_gpu_hour must be > 0, got '2.5'"),
+    ("price_per_gpu_hour = inf", "price_per_gpu_hour must be > 0 and finite, got inf"),
+    ("overlap = \"half\"", "overlap must be in [0, 1], got 'half'"),
+    ("latency_s = \"1e-5\"", "latency_s must be >= 0, got '1e-5'"),
+    ("ddp_bucket_mb = inf", "ddp_bucket_mb must be > 0 and finite, got inf"),
+    ("network_gbps = nan", "network_gbps must be > 0 Gb/s and finite, got nan"),
+    ("measured_network_Bps = \"fast\"", "measured network bandwidth must be > 0 B/s, got"),
+    ("full_duplex = 1", "full_duplex must be true or false, got 1"),
+    ("local_aggregation = \"yes\"", "local_aggregation must be true or false, got 'yes'"),
+])
+def test_a_cluster_files_bad_value_is_one_line(extra, says, tmp_path, capsys):
+    """Each of these was a traceback (a string where a number goes, an infinite bucket) or
+    taken without a word (an infinite price, 1 or "yes" for true)."""
+    w = tmp_path / "w.toml"
+    w.write_text("param_bytes = 100_000_000\nbatch_size = 32\nstep_s = 0.2\n")
+    c = tmp_path / "c.toml"
+    lines = {"nodes": "2", "gpus_per_node": "8", "device": "\"A100-SXM-80GB\"",
+             "network_gbps": "100"}
+    key, value = (part.strip() for part in extra.split("=", 1))
+    c.write_text("".join(f"{k} = {v}\n" for k, v in {**lines, key: value}.items()))
+    code = main(["plan", "--workload", str(w), "--cluster", str(c), "--out",
+                 str(tmp_path / "plan.json")])
+    _, err = capsys.readouterr()
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"scalelab: error: {says}"), err
+    c.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
+    assert main(["plan", "--workload", str(w), "--cluster", str(c), "--out",
+                 str(tmp_path / "plan.json"), "--quiet"]) == 0

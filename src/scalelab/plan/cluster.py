@@ -22,6 +22,18 @@ from scalelab.theory.units import Bps_to_gbps, gbps_to_Bps
 PLACEMENTS = ("dedicated", "colocated")
 GRAD_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per exchanged gradient element
 
+def _is_number(v: Any) -> bool:
+    """A finite int or float (TOML has inf and nan; a bool is no number here)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _check_number(name: str, v: Any, unit: str = "", low: str = ">") -> None:
+    """UsageError unless ``v`` is None or a finite number > 0 (``low=">="``: >= 0)."""
+    if v is not None and not (_is_number(v) and (v > 0 if low == ">" else v >= 0)):
+        finite = " and finite" if isinstance(v, float) and not math.isfinite(v) else ""
+        raise UsageError(f"{name} must be {low} 0{unit}{finite}, got {v!r}")
+
+
 @dataclass(frozen=True)
 class Cluster:
     """The machines to plan for (DESIGN.md's cluster.toml). Validated on creation."""
@@ -92,10 +104,10 @@ class Cluster:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise UsageError(f"{name} must be an integer >= 1, got {v!r}")
         for name in ("intra_node_gbps", "network_gbps", "ps_network_gbps", "host_link_gbps"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                  or not v > 0):
-                raise UsageError(f"{name} must be > 0 Gb/s, got {v!r}")
+            _check_number(name, getattr(self, name), " Gb/s")
+        for name in ("local_aggregation", "full_duplex"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.architecture is not None and self.architecture not in ARCHITECTURES:
             raise UsageError(f"unknown architecture {self.architecture!r} "
                              f"({', '.join(ARCHITECTURES)})")
@@ -117,13 +129,11 @@ class Cluster:
             if ps < 1 or isinstance(self.ps, bool) or ps != float(self.ps):
                 raise UsageError(f"ps must be 'auto' or an integer >= 1, got {self.ps!r}")
             object.__setattr__(self, "ps", ps)
-        if self.overlap is not None and not 0 <= self.overlap <= 1:
-            raise UsageError(f"overlap must be in [0, 1], got {self.overlap}")
-        if self.latency_s is not None and not self.latency_s >= 0:
-            raise UsageError(f"latency_s must be >= 0, got {self.latency_s}")
+        if self.overlap is not None and not (_is_number(self.overlap) and 0 <= self.overlap <= 1):
+            raise UsageError(f"overlap must be in [0, 1], got {self.overlap!r}")
+        _check_number("latency_s", self.latency_s, low=">=")
         self._check_topology()
-        if self.price_per_gpu_hour is not None and not self.price_per_gpu_hour > 0:
-            raise UsageError(f"price_per_gpu_hour must be > 0, got {self.price_per_gpu_hour}")
+        _check_number("price_per_gpu_hour", self.price_per_gpu_hour)
         if self.device is not None:
             object.__setattr__(self, "device", hardware.device(self.device).name)
         if self.network is not None:
@@ -134,9 +144,7 @@ class Cluster:
             object.__setattr__(self, "intra_node", hardware.link(self.intra_node).name)
         if self.host_link is not None:
             object.__setattr__(self, "host_link", hardware.link(self.host_link).name)
-        if self.measured_network_Bps is not None and not self.measured_network_Bps > 0:
-            raise UsageError(f"measured network bandwidth must be > 0 B/s, got "
-                             f"{self.measured_network_Bps!r}")
+        _check_number("measured network bandwidth", self.measured_network_Bps, " B/s")
         if not self.has_network and (self.nodes > 1 or self.ps_placement == "dedicated"):
             known = ", ".join(hardware.catalog().networks)
             why = ("dedicated parameter servers are reached over it" if self.nodes == 1
@@ -203,8 +211,7 @@ class Cluster:
         if self.precision is not None and self.precision not in hardware.PRECISIONS:
             raise UsageError(f"unknown precision {self.precision!r} "
                              f"({', '.join(hardware.PRECISIONS)})")
-        if not self.ddp_bucket_mb > 0:
-            raise UsageError(f"ddp_bucket_mb must be > 0, got {self.ddp_bucket_mb}")
+        _check_number("ddp_bucket_mb", self.ddp_bucket_mb)
 
     def nic_sharing(self) -> tuple[int, str]:
         """(devices per NIC, where that comes from)."""
