@@ -127,3 +127,10 @@ def test_meta_model_builds_a_named_model_once_and_hands_out_copies(monkeypatch):
         workload.meta_model(toy)
     assert not toy.named and spec.named
     assert builds == ["resnet18", "resnet18", toy.model, toy.model]
+
+
+@pytest.mark.parametrize("lr", [0.0, -0.1, float("inf"), float("nan")])
+def test_a_learning_rate_that_cannot_train_is_refused(lr):
+    with pytest.raises(UsageError, match=r"^--lr must be > 0 and finite, got"):
+        WorkloadSpec(model="resnet18", lr=lr)
+    assert WorkloadSpec(model="resnet18", lr=0.1).lr == 0.1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -157,8 +158,8 @@ class WorkloadSpec:
             raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd or adam)")
         if self.loss != "cross_entropy":
             raise UsageError(f"unknown loss {self.loss!r} (cross_entropy)")
-        if not self.lr > 0:
-            raise UsageError(f"--lr must be > 0, got {self.lr}")
+        if not 0 < self.lr < math.inf:
+            raise UsageError(f"--lr must be > 0 and finite, got {self.lr}")
 
     @property
     def named(self) -> bool:
