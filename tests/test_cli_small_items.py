@@ -121,8 +121,9 @@ def test_hardware_list_piped_keeps_every_number(capsys):
     ("flops_per_sample = 0", "'flops_per_sample' must be > 0 FLOPs, got 0"),
 ])
 def test_a_workload_files_bad_value_is_one_line_naming_its_key(extra, says, tmp_path, capsys):
-    """Each of these was a traceback (inf, a number for a name, a negative load time) or
-    taken without a word (an unknown configuration, 10.5 classes, no FLOPs)."""
+    """All but ``host_s_per_op = 0`` (refused already) were a traceback (inf, nan, a number
+    or a string of the wrong kind, a negative load time) or taken without a word (an
+    unknown or contradictory configuration, 10.5 classes, no FLOPs, a device named 7)."""
     w = tmp_path / "w.toml"
     lines = {"param_bytes": "100_000_000", "batch_size": "32", "step_s": "0.2"}
     key, value = (part.strip() for part in extra.split("=", 1))
@@ -151,8 +152,9 @@ def test_a_workload_files_bad_value_is_one_line_naming_its_key(extra, says, tmp_
     ("local_aggregation = \"yes\"", "local_aggregation must be true or false, got 'yes'"),
 ])
 def test_a_cluster_files_bad_value_is_one_line(extra, says, tmp_path, capsys):
-    """Each of these was a traceback (a string where a number goes, an infinite bucket) or
-    taken without a word (an infinite price, 1 or "yes" for true)."""
+    """Each was a traceback (a string where a number goes, an infinite bucket), taken without
+    a word (an infinite price, 1 or "yes" for true) or, for nan, refused without saying that
+    the value must be finite."""
     w = tmp_path / "w.toml"
     w.write_text("param_bytes = 100_000_000\nbatch_size = 32\nstep_s = 0.2\n")
     c = tmp_path / "c.toml"

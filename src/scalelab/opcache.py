@@ -90,8 +90,8 @@ def _module_file(name: str) -> Path | None:
 # The imports of the package in a module's text: ``import scalelab.x [as y], ...`` and
 # ``from scalelab.x import a [as b], ...`` (or a bracketed list over lines), each at the start
 # of a line or after a ``;``, at any indentation (so inside a function too). Triple-quoted
-# strings and comments are blanked first: an example in a docstring is no import. Parsing each
-# file took 0.14 s for the fit's 45 files, on a command's first run; this takes a seventh.
+# strings and comments are blanked first: an example in a docstring is no import. For the
+# fit's 45 files, on a command's first run, this took 0.020 s where parsing each took 0.17 s.
 _TRIPLE_QUOTED = re.compile(r'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'')
 _COMMENT = re.compile(r"#[^\n]*")
 _IMPORT = re.compile(r"(?:^|;)[ \t]*(?:from[ \t]+(scalelab(?:\.\w+)*)[ \t]+import[ \t]+"
