@@ -176,6 +176,12 @@ def test_setups_with_the_same_step_key_predict_the_same_step(name):
         for g in range(1, 3 * cluster.gpus_per_node + 2):
             for num_ps in (1, 2, 3):
                 setup = sw.base_setup().at_workers(g, num_ps)
+                key = step.step_key(setup)
+                # the sweep's key, found without making the setup, is the setup's
+                assert sw.base_setup().key_at(g, num_ps) == key
+                if g > 1 and (arch == "hierarchical" or cluster.local_aggregation
+                              and arch == "ps"):
+                    assert key == (setup.nodes, setup.devices_per_node, num_ps)
                 pred = predict_step(WORK, setup, PARAMS).to_dict()
-                first = seen.setdefault(step.step_key(setup), (g, pred))
+                first = seen.setdefault(key, (g, pred))
                 assert pred == first[1], (arch, g, num_ps, first[0])

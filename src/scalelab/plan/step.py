@@ -171,6 +171,13 @@ class StepSetup:
         object.__setattr__(new, "__dict__", fields)
         return new
 
+    def key_at(self, workers: int, num_ps: int) -> tuple[int, ...]:
+        """``step_key(self.at_workers(workers, num_ps))`` without making that setup: a
+        sweep makes one only for the counts whose step it has not predicted yet."""
+        _check_workers(workers)
+        return _key(self.architecture, self.local_aggregation, self.gpus_per_node, workers,
+                    num_ps)
+
 
 def _derive(fields: dict[str, Any]) -> None:
     """A setup's derived fields, in its ``__dict__``: computed once, since a sweep reads
@@ -299,10 +306,17 @@ def step_key(st: StepSetup) -> tuple[int, ...]:
     (with the same workload and parameters). An all-reduce ring spans every device, and so
     do parameter-server senders without local aggregation; otherwise a step sees only the
     machines, the devices on each and the servers (:func:`exchange_of`'s forms)."""
-    if st.workers == 1 or st.architecture == "allreduce" or \
-            (st.architecture == "ps" and not st.local_aggregation):
-        return (st.workers, st.num_ps)
-    return (st.nodes, st.devices_per_node, st.num_ps)
+    return _key(st.architecture, st.local_aggregation, st.gpus_per_node, st.workers,
+                st.num_ps)
+
+
+def _key(architecture: str, local_aggregation: bool, per_node: int, workers: int,
+         num_ps: int) -> tuple[int, ...]:
+    if workers == 1 or architecture == "allreduce" or \
+            (architecture == "ps" and not local_aggregation):
+        return (workers, num_ps)
+    # the machines and the devices on each, as _derive counts them
+    return (-(-workers // per_node), workers if workers < per_node else per_node, num_ps)
 
 
 def exchange_of(work: StepWorkload, st: StepSetup, params: ModelParams) -> _Exchange:

@@ -21,7 +21,6 @@ from scalelab.plan.step import (
     StepSetup,
     StepWorkload,
     predict_step,
-    step_key,
 )
 from scalelab.theory import amdahl, sharding, sizing
 from scalelab.theory.band import ErrorBand
@@ -205,11 +204,12 @@ class Sweeper:
         """The step at ``gpus`` devices, shared by the counts whose setups have the same
         :func:`~scalelab.plan.step.step_key` (the workload's exposed input depends on the
         devices per machine, which the key holds wherever it does not hold the count)."""
-        setup = self.setup(gpus)
-        key = step_key(setup)
+        num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
+        key = self.base_setup().key_at(gpus, num_ps)
         pred = self._predictions.get(key)
-        if pred is None:
+        if pred is None:  # the setup is made only here: most counts share a step
             work = self.work if self.io_at is None else self.workload(gpus)
+            setup = self.base_setup().at_workers(gpus, num_ps)
             pred = self._predictions[key] = predict_step(work, setup, self.params)
         return pred
 
