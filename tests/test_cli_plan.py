@@ -139,7 +139,16 @@ def test_bad_files_one_line_exit_2(capsys, tmp_path):
     data = json.loads(future.read_text())
     data["schema"] = "scalelab.profile/2"
     future.write_text(json.dumps(data))
+    # Latin-1 where UTF-8 is read: a traceback (UnicodeDecodeError) before
+    latin_toml = tmp_path / "latin.toml"
+    latin_toml.write_bytes("# caf\u00e9\nstep_s = 0.1\n".encode("latin-1"))
+    latin_json = tmp_path / "latin.json"
+    latin_json.write_bytes(b'{"schema": "scalelab.profile/1", "note": "caf\xe9"}')
     cases = [
+        (["--workload", str(latin_toml)], "latin.toml: not UTF-8 text (byte 5: "),
+        (["--profile", str(latin_json)], "latin.json: not UTF-8 text (byte 45: "),
+        (["--workload", str(good), "--cluster", str(latin_toml)], "not UTF-8 text"),
+        (["--workload", str(good), "--calibration", str(latin_json)], "not UTF-8 text"),
         (["--profile", str(plan_file)], "expected a scalelab profile"),
         (["--profile", str(broken)], "not valid JSON"),
         (["--profile", str(future)], "not supported"),

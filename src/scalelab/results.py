@@ -88,11 +88,13 @@ def load_any(path: str | os.PathLike) -> tuple[str, dict[str, Any]]:
     """Read a scalelab JSON file of any known kind; returns ``(kind, data)``."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except OSError as e:
         raise UsageError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(_not_utf8(path, e)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -131,3 +133,9 @@ def read_toml(path: str | os.PathLike) -> dict[str, Any]:
         raise UsageError(f"{path}: cannot read: {e.strerror or e}") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: not valid TOML ({e})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(_not_utf8(path, e)) from None
+
+
+def _not_utf8(path: str | os.PathLike, e: UnicodeDecodeError) -> str:
+    return f"{path}: not UTF-8 text (byte {e.start}: {e.reason})"
