@@ -212,6 +212,51 @@ def test_profile_of_another_schema_or_corrupt(tmp_path):
         load_profile(incomplete)
 
 
+def _set(path: str, value):
+    def edit(d: dict) -> None:
+        *parents, key = path.split(".")
+        for p in parents:
+            d = d[p]
+        d[key] = value
+    return edit
+
+
+# A profile edited by hand or cut short: each of these was a traceback or taken without a
+# word before (noted), and is now a UsageError naming the field
+BAD_PROFILE_FIELDS = [
+    ("workload.tensor_bytes", "x", "'tensor_bytes' must be a list of byte counts"),  # traceback
+    ("io.load_s_per_batch", math.nan, "'load_s_per_batch' must be a finite number"),  # traceback
+    ("io.load_s_per_batch", -0.5, "'load_s_per_batch' must be >= 0 seconds"),  # taken
+    ("algorithms.chosen", 7, "'algorithms.chosen' must be a name in quotes"),  # traceback
+    ("memory_components", 5, "'memory_components' is malformed"),  # traceback
+    ("memory_components", {"param_count": 10}, "'memory_components' is malformed"),  # traceback
+    ("recommended_batch_size", 2.5, "'recommended_batch_size' must be an integer >= 1"),  # taken
+    ("workload.input_shape", [0], "malformed input shape"),  # taken
+    ("workload.model", 5, "'model' must be a name in quotes"),  # taken
+    ("workload.num_classes", "ten", "'num_classes' must be a number"),  # traceback
+    ("host", "x", "'host' must be an object"),  # taken (as no measurement)
+    ("host", {"s_per_op": -1}, "'host.s_per_op' must be > 0 seconds"),  # taken (as none)
+    ("fit.step_s", {"intercept": 0, "per_sample": "x"}, "fit.step_s: 'per_sample' must be a "
+     "number"),  # traceback
+    ("max_batch_size", -3, "'max_batch_size' must be an integer >= 1"),  # taken
+]
+
+
+@pytest.mark.parametrize("field,value,message", BAD_PROFILE_FIELDS,
+                         ids=[f"{f}={v!r}" for f, v, _ in BAD_PROFILE_FIELDS])
+def test_a_bad_profile_field_is_named(tmp_path, field, value, message):
+    from scalelab.plan.inputs import profile_from_dict
+    from tests.toy_plan import profile_dict
+
+    good = profile_dict()
+    profile_from_dict(good, "p.json")  # the unedited profile is read
+    bad = profile_dict()
+    _set(field, value)(bad)
+    with pytest.raises(UsageError) as e:
+        profile_from_dict(bad, "p.json")
+    assert str(e.value).startswith("p.json: ") and message in str(e.value), str(e.value)
+
+
 def test_workload_file_needs_step_s_and_bytes():
     with pytest.raises(UsageError, match="missing 'step_s'"):
         workload_from_dict({"param_bytes": 10, "batch_size": 4})

@@ -142,7 +142,19 @@ def _busy(data: dict) -> bool:
 
 
 def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput:
-    """A profile's contents (as the profiler returns or profile.json holds) as plan input."""
+    """A profile's contents (as the profiler returns or profile.json holds) as plan input.
+
+    A field of the wrong kind is one line naming the file and the field (a profile edited
+    by hand, or cut short); what a profile may leave out is taken as absent."""
+    try:
+        return _profile_from_dict(data, where)
+    except UsageError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        raise UsageError(f"{where}: a malformed profile ({type(e).__name__}: {e})") from None
+
+
+def _profile_from_dict(data: dict[str, Any], where: str) -> PlanInput:
     try:
         wl = data["workload"]
         env = data.get("environment") or {}
@@ -153,55 +165,134 @@ def profile_from_dict(data: dict[str, Any], where: str = "profile") -> PlanInput
                                for r in batches_raw))
     except (KeyError, TypeError, AttributeError):
         raise UsageError(f"{where}: not a complete profile (needs workload and batches)") from None
-    rec = data.get("recommended_batch_size") or batches[-1][0]
-    algo = data.get("algorithms") or {}
-    chosen = algo.get("chosen") if isinstance(algo, dict) else None
+    rec = _count(data, "recommended_batch_size", where) or batches[-1][0]
+    algo = _table(data, "algorithms", where)
+    chosen = algo.get("chosen")
+    if chosen is not None:  # a name; older profiles' names are read as they are
+        _name(algo, "chosen", where, "algorithms.chosen")
     step_at = dict(batches)
     step_s = step_at.get(rec)
     if chosen and isinstance(algo.get("candidates"), list):
         for c in algo["candidates"]:
             if isinstance(c, dict) and c.get("name") == chosen and c.get("step_s"):
-                step_s = float(c["step_s"])
+                step_s = _positive(c, "step_s", where)
     if step_s is None:
         raise UsageError(f"{where}: recommended batch {rec} has no measured step")
-    fit = data.get("fit") or {}
-    fit_step = fit.get("step_s") if isinstance(fit, dict) else None
-    fit_pair = None
-    if isinstance(fit_step, dict) and fit_step.get("per_sample") is not None:
-        fit_pair = (float(fit_step.get("intercept") or 0.0), float(fit_step["per_sample"]))
-    fit_mem = fit.get("memory_bytes") if isinstance(fit, dict) else None
-    mem_pair = None
-    if isinstance(fit_mem, dict) and fit_mem.get("per_sample") is not None:
-        mem_pair = (float(fit_mem.get("intercept") or 0.0), float(fit_mem["per_sample"]))
-    io = data.get("io") or {}
-    load = io.get("load_s_per_batch") if isinstance(io, dict) else None
-    per_sample = io.get("load_s_per_sample") if isinstance(io, dict) else None
-    device = env.get("device_name") or env.get("device")
-    if str(env.get("device", "")).lower() == "cpu":
+    fit = _table(data, "fit", where)
+    io = _table(data, "io", where)
+    device = env.get("device_name") or env.get("device") if isinstance(env, dict) else None
+    if isinstance(env, dict) and str(env.get("device", "")).lower() == "cpu":
         device = "cpu"
+    if device is not None and not isinstance(device, str):
+        raise UsageError(f"{where}: the environment's device must be a name, got {device!r}")
+    model = wl.get("model")
+    if model is not None:
+        _name(wl, "model", where)
+    components = data.get("memory_components")
+    if components is not None:
+        from scalelab.plan.layouts import sizes_from_components
+
+        try:
+            if not isinstance(components, dict):
+                raise TypeError(f"not an object: {components!r}")
+            sizes_from_components(components)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise UsageError(f"{where}: 'memory_components' is malformed "
+                             f"({type(e).__name__}: {e})") from None
     return PlanInput(
         batch_size=int(rec), step_s=float(step_s),
         param_bytes=int(_num(wl, "param_bytes", where)), source="profile",
-        model=wl.get("model"), input_shape=tuple(wl.get("input_shape") or (3, 224, 224)),
-        num_classes=int(wl.get("num_classes") or 1000),
-        tensor_bytes=tuple(int(b) for b in wl.get("tensor_bytes") or ()),
+        model=model, input_shape=_shape(wl, where), num_classes=_classes(wl, where),
+        tensor_bytes=_sizes(wl, "tensor_bytes", where),
         flops_per_sample=_num(wl, "flops_per_sample", where, required=False) or None,
-        device=device, algorithm=chosen, load_s_per_batch=float(load) if load else None,
-        load_s_per_sample=float(per_sample) if per_sample else None,
-        batches=batches, fit_step_s=fit_pair, fit_memory_bytes=mem_pair,
-        max_batch_size=(data.get("max_batch_size") if data.get("max_batch_is_memory_limit", True)
-                        else None), path=where, busy=_busy(data),
-        memory_components=data.get("memory_components"),
+        device=device, algorithm=chosen,
+        load_s_per_batch=_at_least_zero(io, "load_s_per_batch", where) or None,
+        load_s_per_sample=_at_least_zero(io, "load_s_per_sample", where) or None,
+        batches=batches, fit_step_s=_line(fit, "step_s", where),
+        fit_memory_bytes=_line(fit, "memory_bytes", where),
+        max_batch_size=(_count(data, "max_batch_size", where)
+                        if data.get("max_batch_is_memory_limit", True) else None),
+        path=where, busy=_busy(data), memory_components=components,
         backward_fraction=_backward_fraction(batches_raw, rec),
-        host_s_per_op=_host_s_per_op(data),
+        host_s_per_op=_host_s_per_op(data, where),
     )
 
 
-def _host_s_per_op(data: dict) -> float | None:
+def _table(d: dict, key: str, where: str) -> dict:
+    """``d[key]`` as an object ({} when absent)."""
+    v = d.get(key)
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise UsageError(f"{where}: {key!r} must be an object, got {v!r}")
+    return v
+
+
+def _name(d: dict, key: str, where: str, label: str | None = None) -> str:
+    v = d.get(key)
+    if not (isinstance(v, str) and v.strip()):
+        raise UsageError(f"{where}: {label or key!r} must be a name in quotes, got {v!r}")
+    return v
+
+
+def _count(d: dict, key: str, where: str) -> int | None:
+    """An integer >= 1, or None when absent."""
+    v = _num(d, key, where, required=False)
+    if v is not None and (int(v) != v or v < 1):
+        raise UsageError(f"{where}: {key!r} must be an integer >= 1, got {v!r}")
+    return None if v is None else int(v)
+
+
+def _classes(d: dict, where: str) -> int:
+    n = _count(d, "num_classes", where)
+    return 1000 if n is None else n
+
+
+def _at_least_zero(d: dict, key: str, where: str) -> float | None:
+    v = _num(d, key, where, required=False)
+    if v is not None and v < 0:
+        raise UsageError(f"{where}: {key!r} must be >= 0 seconds, got {v!r}")
+    return v
+
+
+def _shape(d: dict, where: str) -> tuple[int, ...]:
+    from scalelab.workload import parse_input_shape
+
+    v = d.get("input_shape")
+    if v is None:
+        return (3, 224, 224)
+    if isinstance(v, bool) or not isinstance(v, (list, tuple, str)):
+        raise UsageError(f"{where}: 'input_shape' must be a list of sizes, got {v!r}")
+    try:
+        return parse_input_shape(v)
+    except UsageError as e:
+        raise UsageError(f"{where}: {e}") from None
+
+
+def _sizes(d: dict, key: str, where: str) -> tuple[int, ...]:
+    v = d.get(key) or ()
+    if not isinstance(v, (list, tuple)) or any(
+            isinstance(b, bool) or not isinstance(b, int) or b < 0 for b in v):
+        raise UsageError(f"{where}: {key!r} must be a list of byte counts, got {v!r}")
+    return tuple(v)
+
+
+def _line(fit: dict, key: str, where: str) -> tuple[float, float] | None:
+    """A fit's (intercept, per_sample), or None when it has none."""
+    f = fit.get(key)
+    if not isinstance(f, dict) or f.get("per_sample") is None:
+        return None
+    label = f"fit.{key}"
+    return (float(_num(f, "intercept", f"{where}: {label}", required=False) or 0.0),
+            float(_num(f, "per_sample", f"{where}: {label}")))
+
+
+def _host_s_per_op(data: dict, where: str) -> float | None:
     """A profile's measured host time per operation (``host.s_per_op``), if it has one."""
-    host = data.get("host")
-    v = host.get("s_per_op") if isinstance(host, dict) else None
-    return float(v) if isinstance(v, (int, float)) and v > 0 else None
+    v = _num(_table(data, "host", where), "s_per_op", where, required=False)
+    if v is not None and not v > 0:
+        raise UsageError(f"{where}: 'host.s_per_op' must be > 0 seconds, got {v!r}")
+    return None if v is None else float(v)
 
 
 def _backward_fraction(rows: list, batch: int) -> float | None:
