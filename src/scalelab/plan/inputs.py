@@ -324,22 +324,16 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
     flops = _positive(data, "flops_per_sample", where, "FLOPs")
     param_bytes = _num(data, "param_bytes", where, required=False)
     input_shape = data.get("input_shape", (3, 224, 224))
-    num_classes = _num(data, "num_classes", where, required=False)
-    num_classes = 1000 if num_classes is None else num_classes
-    if int(num_classes) != num_classes or num_classes < 1:
-        raise UsageError(f"{where}: 'num_classes' must be an integer >= 1, got {num_classes!r}")
+    num_classes = _classes(data, where)
     for key in ("device", "algorithm"):
-        if key in data and not (isinstance(data[key], str) and data[key].strip()):
-            raise UsageError(f"{where}: {key!r} must be a name in quotes, got {data[key]!r}")
+        if key in data:
+            _name(data, key, where)
     if "algorithm" in data:
         try:
             parse(data["algorithm"])
         except UsageError as e:
             raise UsageError(f"{where}: 'algorithm': {e}") from None
-    load_s_per_sample = _num(data, "load_s_per_sample", where, required=False)
-    if load_s_per_sample is not None and load_s_per_sample < 0:
-        raise UsageError(f"{where}: 'load_s_per_sample' must be >= 0 seconds, "
-                         f"got {load_s_per_sample!r}")
+    load_s_per_sample = _at_least_zero(data, "load_s_per_sample", where)
     if model is not None:
         from scalelab.opcache import describe
         from scalelab.workload import WorkloadSpec
