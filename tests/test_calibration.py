@@ -231,6 +231,42 @@ def test_calibration_file_round_trip_and_older_files():
         calibration.Calibration.from_dict({"params": {}, "model": "best"})
 
 
+GOOD_CALIBRATION = {"params": {"bandwidth_efficiency": 0.9, "overlap": 0.1},
+                    "model": "calibrated", "decision": {"model": "calibrated", "reason": "r"},
+                    "prior": ModelParams().to_dict(), "band": None, "fitted_cases": []}
+# A calibration file edited by hand. Before, plan took each without a word (an unknown key
+# as the neutral default, "0.5" and true as numbers, model 5 as "5"); validate took the
+# same params, refused model 5 and was a traceback for a prior, decision or fitted_cases
+# of the wrong kind
+BAD_CALIBRATIONS = [
+    ("params", {"compute_scal": 1.2}, "c.json: params: unknown key(s) compute_scal (known: "),
+    ("params", {"overlap": "0.5"}, "c.json: params: 'overlap' must be a number, got '0.5'"),
+    ("params", {"overlap": True}, "c.json: params: 'overlap' must be a number, got True"),
+    ("prior", 5, "c.json: the calibration's prior is not an object"),
+    ("prior", {"latency": 1e-4}, "c.json: prior: unknown key(s) latency"),
+    ("decision", "x", "c.json: the calibration's decision is not an object"),
+    ("fitted_cases", 3, "c.json: the calibration's fitted_cases is not a list"),
+    ("model", 5, "c.json: model must be calibrated or uncalibrated, got 5"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", BAD_CALIBRATIONS,
+                         ids=[f"{k}={v!r}" for k, v, _ in BAD_CALIBRATIONS])
+def test_a_bad_calibration_file_is_one_line_for_plan_and_validate(tmp_path, key, value,
+                                                                    message):
+    from scalelab.plan.inputs import load_calibration_file
+
+    good = write_json(tmp_path / "good.json", "calibration", GOOD_CALIBRATION)
+    assert load_calibration_file(good).params.overlap == 0.1
+    path = write_json(tmp_path / "c.json", "calibration", {**GOOD_CALIBRATION, key: value})
+    for read in (load_calibration_file,  # plan --calibration
+                 lambda p: calibration.Calibration.from_dict(read_json(p, "calibration"),
+                                                             str(p))):  # validate
+        with pytest.raises(UsageError) as e:
+            read(path)
+        assert str(e.value).startswith(str(tmp_path)) and message in str(e.value), e.value
+
+
 def test_error_band_from_held_out_errors():
     from scalelab.theory.band import ErrorBand, band_from_log_errors
 

@@ -141,14 +141,20 @@ class Calibration:
             band = ErrorBand.from_dict(d["band"]) if d.get("band") else None
         except (KeyError, TypeError, ValueError) as e:
             raise UsageError(f"{where}: the calibration's band is invalid ({e})") from None
-        model = d.get("model", CALIBRATED)
+        decision, prior = d.get("decision") or {}, d.get("prior") or {}
+        for name, v in (("decision", decision), ("prior", prior)):
+            if not isinstance(v, dict):
+                raise UsageError(f"{where}: the calibration's {name} is not an object")
+        model = d.get("model") or decision.get("model") or CALIBRATED
         if model not in (CALIBRATED, UNCALIBRATED):
             raise UsageError(f"{where}: model must be {CALIBRATED} or {UNCALIBRATED}, "
                              f"got {model!r}")
-        return cls(ModelParams.from_dict(d["params"]), model,
-                   (d.get("decision") or {}).get("reason", ""),
-                   tuple(d.get("fitted_cases") or ()), band,
-                   ModelParams.from_dict(d.get("prior") or {}))
+        cases = d.get("fitted_cases") or ()
+        if not isinstance(cases, list | tuple):
+            raise UsageError(f"{where}: the calibration's fitted_cases is not a list")
+        return cls(ModelParams.from_dict(d["params"], f"{where}: params"), model,
+                   str(decision.get("reason") or ""), tuple(cases), band,
+                   ModelParams.from_dict(prior, f"{where}: prior"))
 
 
 def _decide(n: int, result: Fit, cv: CrossValidation | None) -> tuple[str, str]:

@@ -392,16 +392,9 @@ class CalibrationInput:
 
 
 def load_calibration_file(path: str | Path) -> CalibrationInput:
-    """A ``scalelab.calibration/1`` file: params, the decision and the band."""
-    data = read_json(path, "calibration")
-    params = data.get("params")
-    if not isinstance(params, dict):
-        raise UsageError(f"{path}: calibration file has no 'params' object")
-    decision = data.get("decision") if isinstance(data.get("decision"), dict) else {}
-    try:
-        band = ErrorBand.from_dict(data["band"]) if data.get("band") else None
-    except (KeyError, TypeError, ValueError) as e:
-        raise UsageError(f"{path}: the calibration's band is invalid ({e})") from None
-    return CalibrationInput(ModelParams.from_dict(params),
-                            str(data.get("model") or decision.get("model") or "calibrated"),
-                            str(decision.get("reason") or ""), band)
+    """A ``scalelab.calibration/1`` file: params, the decision and the band (read as
+    ``validate --calibration`` reads it)."""
+    from scalelab.experiment.calibrate import Calibration
+
+    cal = Calibration.from_dict(read_json(path, "calibration"), str(path))
+    return CalibrationInput(cal.params, cal.model, cal.reason, cal.band)

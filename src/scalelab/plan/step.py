@@ -58,14 +58,23 @@ class ModelParams:
             raise UsageError(f"apply_s_per_byte must be >= 0, got {self.apply_s_per_byte}")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ModelParams:
+    def from_dict(cls, d: dict[str, Any], where: str = "calibration params") -> ModelParams:
+        """The parameters a calibration file holds (every key one of the fields, every
+        value a number); a field left out keeps its neutral default."""
         keys = set(cls.__dataclass_fields__)
+        unknown = sorted(str(k) for k in set(d) - keys)
+        if unknown:
+            raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} "
+                             f"(known: {', '.join(sorted(keys))})")
+        bad = {k: v for k, v in d.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float))}
+        if bad:
+            k, v = next(iter(bad.items()))
+            raise UsageError(f"{where}: {k!r} must be a number, got {v!r}")
         try:
-            return cls(**{k: float(v) for k, v in d.items() if k in keys})
-        except (TypeError, ValueError) as e:
-            if isinstance(e, UsageError):
-                raise
-            raise UsageError(f"calibration params are not numbers: {e}") from None
+            return cls(**{k: float(v) for k, v in d.items()})
+        except UsageError as e:
+            raise UsageError(f"{where}: {e}") from None
 
     def to_dict(self) -> dict[str, float]:
         return dataclasses.asdict(self)
