@@ -20,6 +20,9 @@ BASE = ["run", "tests.toy_models:mlp", "--input-shape", "6", "--num-classes", "3
     (["--workers", "2", "--mode", "async", "--checkpoint-dir", "d"], "need --mode sync"),
     (["--workers", "2", "--resume"], "need --checkpoint-dir"),
     (["--workers", "2", "--timeout", "0"], "--timeout must be > 0"),
+    # infinity was taken and each rank failed on it (OverflowError, exit 1)
+    (["--workers", "2", "--timeout", "inf"], "--timeout must be > 0 and at most 1e+09 seconds"),
+    (["--workers", "2", "--timeout", "nan"], "--timeout must be > 0 and at most"),
     (["--workers", "2", "--data", "/nonexistent/images"], "not a folder"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
@@ -27,6 +30,18 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.parametrize("command", [
+    ["validate", "--grid", "workers=2"], ["compare", "--workers", "2"]])
+@pytest.mark.parametrize("value", ["inf", "nan", "0"])
+def test_validate_and_compare_take_the_runs_timeout(command, value, capsys, tmp_path):
+    code = main([command[0], *BASE[1:6], *command[1:], "--timeout", value,
+                 "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and "--timeout must be > 0 and at most 1e+09 seconds" in err[0], err
+    assert not (tmp_path / "r.json").exists()
 
 
 def test_torchrun_world_size_must_match_the_roles(monkeypatch, capsys, tmp_path):

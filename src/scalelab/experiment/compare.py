@@ -114,8 +114,9 @@ class CompareOptions:
             raise UsageError(f"warm-up steps must be in [0, steps), got {self.warmup_steps}")
         if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
             raise UsageError(f"batch sizes must be >= 1, got {list(self.batch_sizes)}")
-        if not self.timeout_s > 0:
-            raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        from scalelab.runner.config import check_timeout_s
+
+        check_timeout_s(self.timeout_s)
         if self.profile_steps < 1:
             raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
         from scalelab.algorithm_names import parse

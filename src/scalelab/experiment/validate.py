@@ -198,8 +198,11 @@ class ValidationOptions:
             raise UsageError(f"warm-up steps must be in [0, steps), got {self.warmup_steps}")
         if self.profile_steps < 1:
             raise UsageError(f"profile steps must be >= 1, got {self.profile_steps}")
-        if not self.probe_seconds > 0 or not self.timeout_s > 0:
-            raise UsageError("probe seconds and timeout must be > 0")
+        from scalelab.runner.config import check_timeout_s
+
+        if not 0 < self.probe_seconds < float("inf"):
+            raise UsageError(f"probe seconds must be > 0 and finite, got {self.probe_seconds}")
+        check_timeout_s(self.timeout_s)
 
     def measurements(self, spec: WorkloadSpec, say=None) -> Measurements:
         return Measurements(spec, self.profile_steps, self.probe_seconds, self.seed,

@@ -73,6 +73,18 @@ def _resolve_transport(cfg) -> str:
     return cfg.transport
 
 
+MAX_TIMEOUT_S = 1e9
+"""The longest --timeout taken (about 31 years): the collectives take it as a timedelta,
+and infinity is none."""
+
+
+def check_timeout_s(timeout_s: float) -> None:
+    """A --timeout of run, validate or compare: > 0 seconds, finite."""
+    if not 0 < timeout_s <= MAX_TIMEOUT_S:
+        raise UsageError(f"--timeout must be > 0 and at most {MAX_TIMEOUT_S:g} seconds, "
+                         f"got {timeout_s}")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that defines one distributed training run."""
@@ -156,8 +168,7 @@ class RunConfig:
             raise UsageError(f"warmup steps must be >= 0, got {self.warmup_steps}")
         if self.piece_bytes is not None and self.piece_bytes < 4:
             raise UsageError(f"piece size must be >= 4 bytes, got {self.piece_bytes}")
-        if not self.timeout_s > 0:
-            raise UsageError(f"--timeout must be > 0 seconds, got {self.timeout_s}")
+        check_timeout_s(self.timeout_s)
         if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise UsageError(f"--checkpoint-every must be >= 1, got {self.checkpoint_every}")
         if (self.checkpoint_every is not None or self.resume) and not self.checkpoint_dir:
