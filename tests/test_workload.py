@@ -134,3 +134,84 @@ def test_a_learning_rate_that_cannot_train_is_refused(lr):
     with pytest.raises(UsageError, match=r"^--lr must be > 0 and finite, got"):
         WorkloadSpec(model="resnet18", lr=lr)
     assert WorkloadSpec(model="resnet18", lr=0.1).lr == 0.1
+
+
+def _layout(model: torch.nn.Module) -> list:
+    """Everything of a module tree a copy must reproduce, in order."""
+    rows = []
+    for name, mod in model.named_modules(remove_duplicate=False):
+        state = {k: v for k, v in vars(mod).items()
+                 if k not in ("_parameters", "_buffers", "_modules")}
+        rows.append((name, type(mod), sorted(state), mod.training,
+                     [(k, v) for k, v in sorted(state.items())
+                      if isinstance(v, (bool, int, float, str, tuple, type(None)))]))
+        for kind in ("_parameters", "_buffers"):
+            for k, t in getattr(mod, kind).items():
+                rows.append((name, kind, k, None if t is None else (
+                    type(t), tuple(t.shape), t.stride(), t.dtype, t.requires_grad, t.is_meta)))
+    return rows
+
+
+@pytest.mark.parametrize("name", ["resnet18", "densenet121", "vit_b_16", "mobilenet_v2",
+                                  "efficientnet_b0", "inception_v3", "swin_t", "alexnet"])
+def test_copy_module_copies_as_deepcopy_does(name):
+    import copy
+
+    from scalelab.workload import copy_module, meta_model
+
+    with torch.device("meta"):
+        original = WorkloadSpec(name).build_model(seed=None)
+    original.layer_note = ["kept", 1]  # a mutable attribute: copied, not shared
+    ours, theirs = copy_module(original), copy.deepcopy(original)
+    assert _layout(ours) == _layout(theirs) == _layout(original)
+    assert repr(ours) == repr(original)
+    # nothing the copy holds is the original's: modules, tensors, their dictionaries
+    mods = {id(m) for m in original.modules()} | {id(t) for t in original.parameters()} | \
+        {id(t) for t in original.buffers()}
+    assert not mods & ({id(m) for m in ours.modules()} | {id(t) for t in ours.parameters()}
+                       | {id(t) for t in ours.buffers()})
+    for a, b in zip(original.modules(), ours.modules()):
+        assert not {id(v) for v in vars(a).values() if isinstance(v, (dict, list, set))} & \
+            {id(v) for v in vars(b).values() if isinstance(v, (dict, list, set))}
+    assert ours.layer_note == ["kept", 1] and ours.layer_note is not original.layer_note
+    ours.eval()
+    assert original.training
+    shape = (2, 3, 299, 299) if name == "inception_v3" else (2, 3, 224, 224)
+    with torch.device("meta"):
+        out = ours(torch.empty(shape))
+    assert tuple(out.shape) == (2, 1000)
+    assert type(meta_model(WorkloadSpec(name))) is type(original)
+
+
+def test_copy_module_keeps_shared_tensors_shared_and_hands_odd_classes_to_deepcopy():
+    import copy
+
+    from scalelab.workload import copy_module
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.embed.weight
+            self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+            self.alias = self.steps  # a tensor held twice
+
+    class OwnCopy(torch.nn.Module):
+        copies = 0
+
+        def __deepcopy__(self, memo):
+            OwnCopy.copies += 1
+            return OwnCopy()
+
+    with torch.device("meta"):
+        tied = Tied()
+    tied.odd = OwnCopy()
+    calls = []
+    tied.register_forward_hook(lambda *a: calls.append(a))
+    new = copy_module(tied)
+    assert new.head.weight is new.embed.weight and new.head.weight is not tied.embed.weight
+    assert new.alias is new.steps and new.steps is not tied.steps
+    assert OwnCopy.copies == 1 and isinstance(new.odd, OwnCopy) and new.odd is not tied.odd
+    assert len(new._forward_hooks) == 1 and new._forward_hooks is not tied._forward_hooks
+    assert _layout(new) == _layout(copy.deepcopy(tied))
