@@ -1,6 +1,7 @@
 import time
 
 import pytest
+import torch
 
 from scalelab import opcount
 from scalelab.opcount import step_ops
@@ -174,3 +175,18 @@ def test_mismatched_normalization_is_left_to_pytorch():
     assert shaped(ln, (y, [6], None, None, 1e-5), {}) is None
     with pytest.raises(RuntimeError):
         torch.nn.functional.layer_norm(y, [6])
+
+
+def test_bytes_are_counted_over_the_leaves_pytree_finds():
+    from torch.utils._pytree import tree_flatten
+
+    from scalelab.opcount import _nbytes
+
+    with torch.device("meta"):
+        a, b, c = torch.empty(2, 3), torch.empty(4, 5, 6), torch.empty(7)
+        top = torch.topk(torch.empty(3, 8), 2)  # a torch.return_types result
+    for x in [a, (a, [b, None, 3], {"out": c}), ([a, b], {"x": [c, (a,)]}, 1.5, "s"), top,
+              ((), [], {}), (torch.Size([2, 3]), torch.float32, a)]:
+        leaves, _ = tree_flatten(x)
+        assert _nbytes(x) == sum(t.numel() * 4 for t in leaves if isinstance(t, torch.Tensor))
+    assert _nbytes((a, [b], {"k": c})) == 4 * (6 + 120 + 7)
