@@ -215,3 +215,53 @@ def test_copy_module_keeps_shared_tensors_shared_and_hands_odd_classes_to_deepco
     assert OwnCopy.copies == 1 and isinstance(new.odd, OwnCopy) and new.odd is not tied.odd
     assert len(new._forward_hooks) == 1 and new._forward_hooks is not tied._forward_hooks
     assert _layout(new) == _layout(copy.deepcopy(tied))
+
+
+FACTORIES = '''
+import torch.nn as nn
+
+SEEN = []
+
+
+def model(num_classes):
+    m = nn.Linear(4, num_classes)
+    SEEN.append((nn.init.normal_.__name__, nn.init.normal_(m.weight) is m.weight))
+    return m
+
+
+def failing(num_classes):
+    nn.init.zeros_(nn.Linear(2, 2).weight)
+    raise RuntimeError("the factory broke")
+'''
+
+
+def test_a_meta_build_skips_the_initializers_and_puts_them_back(tmp_path, monkeypatch):
+    import importlib
+
+    import torch.nn.init as init
+
+    from scalelab import workload
+
+    (tmp_path / "init_factories.py").write_text(FACTORIES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    factories = importlib.import_module("init_factories")
+    real = {name: getattr(init, name) for name in workload._INITIALIZERS}
+    assert all(f.__name__ == name for name, f in real.items())
+
+    spec = WorkloadSpec("init_factories:model", input_shape=(4,), num_classes=3)
+    meta = workload.meta_model(spec)
+    assert factories.SEEN[-1] == ("_unchanged", True) and meta.weight.is_meta
+    assert {name: getattr(init, name) for name in real} == real  # put back
+    cpu = spec.build_model(seed=0)  # a real build initializes as ever
+    assert factories.SEEN[-1] == ("normal_", True) and not cpu.weight.is_meta
+    assert torch.equal(cpu.weight, spec.build_model(seed=0).weight)
+    assert cpu.weight.std() > 0.3  # normal_(0, 1) ran
+
+    with pytest.raises(UsageError, match="the factory broke"):
+        workload.meta_model(WorkloadSpec("init_factories:failing", input_shape=(2,)))
+    assert {name: getattr(init, name) for name in real} == real  # put back after a failure
+
+    monkeypatch.setattr(workload, "_META_MODELS", {})
+    named = workload.meta_model(WorkloadSpec("resnet18"))
+    assert {name: getattr(init, name) for name in real} == real
+    assert tuple(named.conv1.weight.shape) == (64, 3, 7, 7) and named.conv1.weight.is_meta

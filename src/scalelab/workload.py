@@ -66,13 +66,40 @@ def meta_model(spec: WorkloadSpec) -> nn.Module:
     what the build raises.
     """
     if not spec.named:
-        with torch.device("meta"):
-            return spec.build_model(seed=None)
+        return _build_on_meta(spec)
     key = (spec.model, spec.num_classes)
     if key not in _META_MODELS:
-        with torch.device("meta"):
-            _META_MODELS[key] = spec.build_model(seed=None)
+        _META_MODELS[key] = _build_on_meta(spec)
     return copy_module(_META_MODELS[key])
+
+
+def _build_on_meta(spec: WorkloadSpec) -> nn.Module:
+    """``spec``'s model built on meta tensors, with ``torch.nn.init``'s initializers made
+    no-ops while it is built: a meta tensor has no values to set, and their meta kernels
+    are slow (``kaiming_normal_`` 0.9 ms a weight), so that ResNet-50 builds in 27 ms
+    against 95 and DenseNet-121 in 58 against 223 (medians of 3). Only meta builds skip
+    them; the process runs nothing else meanwhile (a command runs one thing at a time)."""
+    import torch.nn.init as init
+
+    saved = {name: getattr(init, name) for name in _INITIALIZERS if hasattr(init, name)}
+    try:
+        for name in saved:
+            setattr(init, name, _unchanged)
+        with torch.device("meta"):
+            return spec.build_model(seed=None)
+    finally:
+        for name, f in saved.items():
+            setattr(init, name, f)
+
+
+# torch.nn.init's in-place initializers (each takes the tensor first and returns it)
+_INITIALIZERS = ("uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_",
+                 "eye_", "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
+                 "kaiming_normal_", "orthogonal_", "sparse_")
+
+
+def _unchanged(tensor, *args, **kwargs):
+    return tensor
 
 
 # Attribute values a copy may share with the original: nothing in them can change

@@ -34,13 +34,11 @@ def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
     """The collectives one step of ZeRO-``level`` issues for ``spec``'s model, counted on
     meta tensors (:func:`scalelab.theory.sharded_step.step_collectives`); FSDP2's root unit
     takes the parameters no block holds."""
-    import torch
-
     from scalelab.profiler.memory import fsdp_units
     from scalelab.theory.sharded_step import step_collectives
+    from scalelab.workload import meta_model
 
-    with torch.device("meta"):
-        model = spec.build_model(seed=None)
+    model = meta_model(spec)
     params = [p.numel() for p in model.parameters() if p.requires_grad]
     units = [sum(p.numel() for p in u.parameters() if p.requires_grad)
              for u in fsdp_units(model)]

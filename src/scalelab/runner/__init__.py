@@ -32,10 +32,9 @@ def _precheck_checkpoints(cfg: RunConfig) -> None:
 
     if not (cfg.resume and cfg.checkpoint_dir and Path(cfg.checkpoint_dir).is_dir()):
         return
-    import torch
+    from scalelab.workload import meta_model
 
-    with torch.device("meta"):
-        model = cfg.workload.build_model(seed=None)
+    model = meta_model(cfg.workload)
     if cfg.architecture == "fsdp":
         from scalelab.runner import fsdp
 
