@@ -82,3 +82,39 @@ def test_hand_made_report_renders_in_chromium(tmp_path):
     assert main(["report", str(_profile(tmp_path)), "--out", str(out), "--quiet"]) == 0
     dom, shot = render_in_chromium(out, tmp_path)
     assert_page_complete(dom, shot, "Recommendation")
+
+
+# Fields of the wrong kind in a hand-edited file: each was a traceback (exit 1) before
+BAD_PROFILE_FIELDS = [("batches", 5), ("algorithms", "x"), ("warnings", 5)]
+
+
+@pytest.mark.parametrize("key,value", BAD_PROFILE_FIELDS,
+                         ids=[f"{k}={v!r}" for k, v in BAD_PROFILE_FIELDS])
+def test_a_file_with_a_field_of_the_wrong_kind_is_named(tmp_path, capsys, key, value):
+    data = json.loads(_profile(tmp_path).read_text())
+    data[key] = value
+    bad = tmp_path / "edited.json"
+    bad.write_text(json.dumps(data))
+    good = write_json(tmp_path / "run.json", "run", {"config": {"model": "tests.toy_models:mlp"}})
+    out = tmp_path / "r.html"
+    assert main(["report", str(good), str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad}: cannot be reported: a field of the wrong kind" in err[0]
+    assert not out.exists()
+
+
+def test_a_fault_of_the_report_itself_is_not_blamed_on_a_file(tmp_path, monkeypatch):
+    from scalelab.report import html
+
+    real = html.render_report
+
+    def fails_together(inputs, title=None):
+        if len(inputs.sources) > 1:
+            raise TypeError("the report's own fault")
+        return real(inputs, title)
+
+    monkeypatch.setattr(html, "render_report", fails_together)
+    a = _profile(tmp_path)
+    b = write_json(tmp_path / "run.json", "run", {"config": {"model": "tests.toy_models:mlp"}})
+    with pytest.raises(TypeError, match="the report's own fault"):
+        html.write_report([a, b], tmp_path / "r.html")

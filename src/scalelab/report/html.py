@@ -253,5 +253,30 @@ def write_report(paths: list[str | os.PathLike], out: str | os.PathLike) -> Path
     out = Path(out)
     if out.exists() and out.is_dir():
         raise UsageError(f"--out {out} is a folder; give a file name such as {out}/report.html")
-    html = render_report(collect_inputs(paths))
+    inputs = collect_inputs(paths)
+    try:
+        html = render_report(inputs)
+    except UsageError:
+        raise
+    except _MALFORMED as e:
+        raise UsageError(_culprit(paths, e)) from None
     return write_text_atomic(out, html)
+
+
+# What reading a field of the wrong kind raises (a file edited by hand, or cut short)
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+
+
+def _culprit(paths: list[str | os.PathLike], error: Exception) -> str:
+    """The line for a report that could not be made of ``paths``: the first file that
+    cannot be reported alone, and why. Where every file can be, ``error`` is raised as it
+    was (the fault is the report's own, not a file's)."""
+    for p in paths:
+        try:
+            render_report(collect_inputs([p]))
+        except UsageError:
+            raise
+        except _MALFORMED as e:
+            return (f"{p}: cannot be reported: a field of the wrong kind "
+                    f"({type(e).__name__}: {e})")
+    raise error
