@@ -295,3 +295,27 @@ def test_cli_reports_the_decision_and_the_band(tmp_path, capsys):
     assert cv["calibrated"]["median_abs_error"] < cv["uncalibrated"]["median_abs_error"]
     assert doc["band"]["low"] <= 1 <= doc["band"]["high"]
     assert set(doc["parameters"]) == set(calibration.PARAMS)
+
+
+# Validation files edited by hand: the first three were tracebacks before, the negative step
+# was taken, the last was refused already
+BAD_VALIDATIONS = [
+    ({"cases": 5}, "'cases' must be a list, got 5"),
+    ({"cases": [{"inputs": {}, "measured_step_s": "x", "config": {}}]},
+     "a case's measured_step_s must be a number > 0 seconds, got 'x'"),
+    ({"cases": [{"inputs": {}, "measured_step_s": 0.1}]},
+     "a validation case has no 'config' object"),
+    ({"cases": [{"inputs": {}, "measured_step_s": -0.1, "config": {}}]},
+     "a case's measured_step_s must be a number > 0 seconds, got -0.1"),
+    ({"cases": [{"measured_step_s": 0.1, "config": {}}]},
+     "a validation case lacks inputs or a measured step"),
+]
+
+
+@pytest.mark.parametrize("data,message", BAD_VALIDATIONS,
+                         ids=[m.split(",")[0] for _, m in BAD_VALIDATIONS])
+def test_calibrate_names_a_bad_validation_file(tmp_path, capsys, data, message):
+    path = write_json(tmp_path / "v.json", "validation", data)
+    assert main(["calibrate", str(path), "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{path}: {message}" in err[0], err

@@ -34,12 +34,22 @@ class Observation:
 
 def observations_from_validation(data: dict, source: str = "") -> list[Observation]:
     out = []
-    for c in data.get("cases", []):
+    cases = data.get("cases", [])
+    if not isinstance(cases, list):
+        raise UsageError(f"{source}: 'cases' must be a list, got {cases!r}")
+    for c in cases:
         if not (isinstance(c, dict) and isinstance(c.get("inputs"), dict)
                 and c.get("measured_step_s")):
             raise UsageError(f"{source}: a validation case lacks inputs or a measured step")
+        step = c["measured_step_s"]
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or \
+                not 0 < step < float("inf"):
+            raise UsageError(f"{source}: a case's measured_step_s must be a number > 0 "
+                             f"seconds, got {step!r}")
+        if not isinstance(c.get("config"), dict):
+            raise UsageError(f"{source}: a validation case has no 'config' object")
         inputs = CaseInputs.from_dict(c["inputs"], source or "validation case")
-        out.append(Observation(c["config"], inputs, float(c["measured_step_s"]), source))
+        out.append(Observation(c["config"], inputs, float(step), source))
     return out
 
 
