@@ -50,3 +50,30 @@ def test_killed_and_resumed_run_ends_with_the_uninterrupted_parameters(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "is from another model" in err[0], err
+
+
+@pytest.mark.parametrize("content,kind", [(b"garbage\n", "UnpicklingError"), (b"", "EOFError")])
+def test_a_damaged_checkpoint_is_one_line_saying_what_to_do(tmp_path, content, kind):
+    from scalelab.errors import UsageError
+    from scalelab.runner import checkpoint
+
+    path = tmp_path / "ps0-step00000004.pt"
+    path.write_bytes(content)
+    with pytest.raises(UsageError) as e:
+        checkpoint.load(path)
+    # torch's own message for a file it will not unpickle runs to 9 lines
+    assert str(e.value) == (f"{path}: not a readable scalelab checkpoint ({kind}); move it "
+                            "away to resume from the one before it")
+
+
+def test_a_bad_input_message_is_printed_on_one_line(tmp_path, capsys, monkeypatch):
+    from scalelab import report
+    from scalelab.errors import UsageError
+
+    def quoting(paths, out):
+        raise UsageError("x.json: it says\n  what a library said\n\nover lines")
+
+    monkeypatch.setattr(report, "write_report", quoting)
+    assert main(["report", str(tmp_path / "x.json"), "--out", str(tmp_path / "r.html")]) == 2
+    assert capsys.readouterr().err == \
+        "scalelab: error: x.json: it says what a library said over lines\n"

@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code = int(args.func(args) or 0)
-    except UsageError as e:
-        code = fail(2, str(e))
+    except UsageError as e:  # one line, whatever a message it quotes holds
+        code = fail(2, " ".join(line.strip() for line in str(e).splitlines() if line.strip()))
     except RunFailure as e:
         code = fail(1, str(e))
     except KeyboardInterrupt:
