@@ -104,3 +104,34 @@ def test_profile_reads_a_small_folder_once_before_timing(tmp_path, monkeypatch):
                                       worker_counts=(0,), batches=1)
     assert io["page_cache_warmed"] is False
     assert not images <= set(opened)  # only the samples the timing decodes were read
+
+
+@pytest.mark.parametrize("loader_workers", ["0", "1"])
+def test_a_file_that_is_no_image_is_named_in_one_line(tmp_path, capsys, loader_workers):
+    from scalelab.cli import main as cli
+
+    write_image_folder(tmp_path / "data", images=8, size_px=16, classes=2)
+    bad = tmp_path / "data" / "class_001" / "img_00009.jpg"
+    bad.write_bytes(b"not an image")
+    code = cli(["run", "resnet18", "--input-shape", "3,16,16", "--num-classes", "2",
+                "--workers", "1", "--steps", "3", "--warmup-steps", "0", "--quiet",
+                "--data", str(tmp_path / "data"), "--loader-workers", loader_workers,
+                "--out", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    # before: exit 1, "rank 0 (worker 0) failed: UnidentifiedImageError: ...", the line
+    # holding the DataLoader's traceback where a loader process decoded
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == (f"scalelab: error: --data: {bad} cannot be read as an image "
+                      "(UnidentifiedImageError)")
+
+
+def test_one_line_of_an_error_raised_again_from_a_loader_process():
+    from scalelab.runner.entry import one_line
+
+    wrapped = RuntimeError("Caught OSError in DataLoader worker process 0.\nOriginal Traceback "
+                           "(most recent call last):\n  File \"x.py\", line 1, in f\n    g()\n"
+                           "OSError: disk on fire\n")
+    assert one_line(wrapped) == "RuntimeError: OSError: disk on fire"
+    same = UsageError("Caught UsageError in DataLoader worker process 0.\nOriginal Traceback "
+                      "(most recent call last):\nscalelab.errors.UsageError: --data: a.jpg bad\n")
+    assert one_line(same) == "--data: a.jpg bad"

@@ -61,13 +61,26 @@ def open_dataset(path: str | os.PathLike, input_shape: tuple[int, ...],
     if c == 1:
         steps.insert(0, transforms.Grayscale(1))
     try:
-        dataset = datasets.ImageFolder(str(root), transform=transforms.Compose(steps))
+        dataset = datasets.ImageFolder(str(root), transform=transforms.Compose(steps),
+                                       loader=load_image)
     except (FileNotFoundError, RuntimeError) as e:
         raise UsageError(f"--data {root}: {e}") from None
     if num_classes is not None and len(dataset.classes) > num_classes:
         raise UsageError(f"--data {root} has {len(dataset.classes)} classes, more than "
                          f"--num-classes {num_classes}")
     return dataset
+
+
+def load_image(path: str):
+    """torchvision's loader for one image, with a file it cannot decode named (a module
+    function: loader processes get the dataset pickled)."""
+    from torchvision.datasets.folder import default_loader
+
+    try:
+        return default_loader(path)
+    except (OSError, ValueError, SyntaxError) as e:  # PIL's UnidentifiedImageError is an OSError
+        raise UsageError(f"--data: {path} cannot be read as an image "
+                         f"({type(e).__name__})") from None
 
 
 @dataclass(frozen=True)

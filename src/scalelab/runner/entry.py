@@ -321,7 +321,12 @@ def classify(exc: BaseException) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = str(exc)
+    if "Original Traceback" in text:  # raised again from a loader process: its last line
+        last = [ln.strip() for ln in text.splitlines() if ln.strip()][-1]
+        name, sep, rest = last.partition(": ")
+        text = rest if sep and name.rsplit(".", 1)[-1] == type(exc).__name__ else last
+    text = " ".join(text.split()) or type(exc).__name__
     if isinstance(exc, (UsageError, RunFailure, CommError)):
         return text[:400]
     return f"{type(exc).__name__}: {text[:400]}"
