@@ -170,3 +170,53 @@ def test_a_cluster_files_bad_value_is_one_line(extra, says, tmp_path, capsys):
     c.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
     assert main(["plan", "--workload", str(w), "--cluster", str(c), "--out",
                  str(tmp_path / "plan.json"), "--quiet"]) == 0
+
+
+FOLDER_OUTPUTS = [
+    ["plan", "--workload", "W", "--out", "D"],
+    ["plan", "--workload", "W", "--plot", "D", "--out", "F"],
+    ["validate", "tests.toy_models:mlp", "--input-shape", "6", "--grid", "workers=2", "--out",
+     "D"],
+    ["run", "tests.toy_models:mlp", "--input-shape", "6", "--workers", "1", "--out", "D"],
+    ["profile", "tests.toy_models:mlp", "--input-shape", "6", "--out", "D"],
+    ["report", "W", "--out", "D"],
+]
+
+
+@pytest.mark.parametrize("argv", FOLDER_OUTPUTS, ids=[" ".join(a[:1] + a[-2:])
+                                                       for a in FOLDER_OUTPUTS])
+def test_a_file_output_named_as_a_folder_is_refused_before_the_command_runs(
+        tmp_path, capsys, monkeypatch, argv):
+    """Before, a plan, validation or run did its work and then raised IsADirectoryError
+    (exit 1, a traceback) when it wrote its file: the results were lost."""
+    import scalelab.cli as cli
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    ran = []
+    real_build = cli.build_parser
+
+    def parser():
+        p = real_build()
+        for action in p._subparsers._group_actions[0].choices.values():
+            action.set_defaults(func=lambda args: ran.append(args) or 0)
+        return p
+
+    monkeypatch.setattr(cli, "build_parser", parser)
+    names = {"W": str(tmp_path / "w.toml"), "D": str(folder), "F": str(tmp_path / "p.json")}
+    argv = [names.get(a, a) for a in argv]
+    assert cli.main(argv) == 2 and not ran
+    flag = argv[argv.index(str(folder)) - 1]
+    assert capsys.readouterr().err == \
+        f"scalelab: error: {flag} {folder} is a folder; give a file's name\n"
+    # advise's --out is the folder it writes into
+    assert cli.main(["advise", "tests.toy_models:mlp", "--out", str(folder)]) == 0 and ran
+
+
+def test_writing_a_result_over_a_folder_is_one_line(tmp_path):
+    from scalelab.errors import UsageError
+    from scalelab.results import write_json
+
+    (tmp_path / "plan.json").mkdir()
+    with pytest.raises(UsageError, match="plan.json: it is a folder; give a file's name"):
+        write_json(tmp_path / "plan.json", "plan", {"sweep": []})

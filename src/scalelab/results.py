@@ -56,6 +56,8 @@ def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> Path:
     umask, 0644 under the usual umask), not the 0600 of the temporary file.
     """
     path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder; give a file's name")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -65,10 +65,23 @@ def fail(code: int, message: str) -> int:
     return code
 
 
+def _check_outputs(args) -> None:
+    """A file to write (``--out``, ``--plot``) named as an existing folder is refused before
+    the command runs, not after (a validation runs for minutes first)."""
+    from pathlib import Path
+
+    for flag in ("out", "plot"):
+        value = getattr(args, flag, None)
+        if value and not (flag == "out" and getattr(args, "out_is_folder", False)) \
+                and Path(value).is_dir():
+            raise UsageError(f"--{flag} {value} is a folder; give a file's name")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_outputs(args)
         code = int(args.func(args) or 0)
     except UsageError as e:  # one line, whatever a message it quotes holds
         code = fail(2, " ".join(line.strip() for line in str(e).splitlines() if line.strip()))

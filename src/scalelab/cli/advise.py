@@ -61,7 +61,7 @@ def register(sub) -> None:
                    help="timed steps of the --check run")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, out_is_folder=True)
 
 
 def recommendation_line(p: dict) -> str:
