@@ -319,3 +319,11 @@ def test_calibrate_names_a_bad_validation_file(tmp_path, capsys, data, message):
     assert main(["calibrate", str(path), "--out", str(tmp_path / "c.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{path}: {message}" in err[0], err
+
+
+def test_a_calibration_parameter_must_be_finite():
+    """JSON as Python writes it can hold Infinity: an infinite latency was taken before."""
+    with pytest.raises(UsageError, match="c.json: params: 'latency_s' must be a finite "
+                                         "number, got inf"):
+        ModelParams.from_dict({"latency_s": float("inf")}, "c.json: params")
+

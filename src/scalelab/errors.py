@@ -5,6 +5,8 @@ on stderr and exits 2. ``RunFailure`` is a failure while running (a rank died, a
 one line naming what failed and where, exit 1.
 """
 
+import math
+
 
 class UsageError(ValueError):
     """Bad input or usage: one line, exit code 2."""
@@ -12,3 +14,9 @@ class UsageError(ValueError):
 
 class RunFailure(RuntimeError):
     """A failure while running: what failed and where, exit code 1."""
+
+
+def is_number(v) -> bool:
+    """Whether ``v`` is what a number in an input file must be: a finite int or float (TOML
+    and JSON readers give inf and nan; a bool is no number here)."""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)

@@ -61,9 +61,9 @@ def meta_model(spec: WorkloadSpec) -> nn.Module:
 
     A named (torchvision) model is built once per process and copied after that
     (:func:`copy_module`): a first plan needs it four times (its description, two traced
-    steps, its memory), and a build of ResNet-50 on meta tensors takes 107 ms. A user's
-    factory is called every time, as :meth:`WorkloadSpec.build_model` calls it. Raises
-    what the build raises.
+    steps, its memory), and a build of ResNet-50 on meta tensors takes 27 ms where a copy
+    takes 10. A user's factory is called every time, as :meth:`WorkloadSpec.build_model`
+    calls it. Raises what the build raises.
     """
     if not spec.named:
         return _build_on_meta(spec)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scalelab.errors import UsageError
+from scalelab.errors import UsageError, is_number
 from scalelab.experiment.case import CaseInputs, full_duplex_of
 
 
@@ -42,8 +42,7 @@ def observations_from_validation(data: dict, source: str = "") -> list[Observati
                 and c.get("measured_step_s")):
             raise UsageError(f"{source}: a validation case lacks inputs or a measured step")
         step = c["measured_step_s"]
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or \
-                not 0 < step < float("inf"):
+        if not (is_number(step) and step > 0):
             raise UsageError(f"{source}: a case's measured_step_s must be a number > 0 "
                              f"seconds, got {step!r}")
         if not isinstance(c.get("config"), dict):

@@ -118,8 +118,11 @@ def _borrowed(f: Fit, device: str, precision: str,
 
 
 def _time(s: float) -> str:
-    """A step's time as the plan's other lines give it: milliseconds below a second."""
-    return f"{s * 1e3:.4g} ms" if s < 1 else f"{s:.4g} s"
+    """A step's time as the plan's other lines give it (:func:`scalelab.plan.text.format_s`,
+    imported here: the plan imports this module)."""
+    from scalelab.plan.text import format_s
+
+    return format_s(s)
 
 
 def _kernels_note(r: RooflineStep) -> str:
@@ -141,11 +144,11 @@ def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None,
     step = step_with_host_s(est.step_s, host)
     if host <= est.step_s:
         how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
-               f"{host * 1e3:.3g} ms, below the device's time")
+               f"{_time(host)}, below the device's time")
         return replace(est, host_s=host, device_s=est.step_s, how=how)
     band = (b or _packaged()[1]).band(est.target_device, est.precision, host_bound=True)
     how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
-           f"{host * 1e3:.3g} ms, which sets the step (+- {band:.0%}, the host-bound band)")
+           f"{_time(host)}, which sets the step (+- {band:.0%}, the host-bound band)")
     return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how, bound="host",
                    band=band)
 

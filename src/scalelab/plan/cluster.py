@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scalelab import hardware
-from scalelab.errors import UsageError
+from scalelab.errors import UsageError, is_number
 from scalelab.plan.step import ARCHITECTURES
 from scalelab.results import read_toml
 from scalelab.theory import sharding
@@ -22,14 +22,9 @@ from scalelab.theory.units import Bps_to_gbps, gbps_to_Bps
 PLACEMENTS = ("dedicated", "colocated")
 GRAD_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per exchanged gradient element
 
-def _is_number(v: Any) -> bool:
-    """A finite int or float (TOML has inf and nan; a bool is no number here)."""
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-
-
 def _check_number(name: str, v: Any, unit: str = "", low: str = ">") -> None:
     """UsageError unless ``v`` is None or a finite number > 0 (``low=">="``: >= 0)."""
-    if v is not None and not (_is_number(v) and (v > 0 if low == ">" else v >= 0)):
+    if v is not None and not (is_number(v) and (v > 0 if low == ">" else v >= 0)):
         finite = " and finite" if isinstance(v, float) and not math.isfinite(v) else ""
         raise UsageError(f"{name} must be {low} 0{unit}{finite}, got {v!r}")
 
@@ -129,7 +124,7 @@ class Cluster:
             if ps < 1 or isinstance(self.ps, bool) or ps != float(self.ps):
                 raise UsageError(f"ps must be 'auto' or an integer >= 1, got {self.ps!r}")
             object.__setattr__(self, "ps", ps)
-        if self.overlap is not None and not (_is_number(self.overlap) and 0 <= self.overlap <= 1):
+        if self.overlap is not None and not (is_number(self.overlap) and 0 <= self.overlap <= 1):
             raise UsageError(f"overlap must be in [0, 1], got {self.overlap!r}")
         _check_number("latency_s", self.latency_s, low=">=")
         self._check_topology()

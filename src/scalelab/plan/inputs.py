@@ -8,13 +8,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scalelab.algorithm_names import parse
-from scalelab.errors import UsageError
+from scalelab.errors import UsageError, is_number
 from scalelab.plan.step import ModelParams
 from scalelab.results import read_json, read_toml
 from scalelab.theory.band import ErrorBand
@@ -124,10 +123,9 @@ def _num(d: dict, key: str, where: str, required: bool = True):
         if required:
             raise UsageError(f"{where}: missing {key!r}")
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise UsageError(f"{where}: {key!r} must be a number, got {v!r}")
-    if not math.isfinite(v):  # TOML has inf and nan
-        raise UsageError(f"{where}: {key!r} must be a finite number, got {v!r}")
+    if not is_number(v):
+        finite = "a finite number" if isinstance(v, float) else "a number"
+        raise UsageError(f"{where}: {key!r} must be {finite}, got {v!r}")
     return v
 
 

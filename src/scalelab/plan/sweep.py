@@ -188,10 +188,13 @@ class Sweeper:
                 gpus_per_host_link=self.host_share, bucket_bytes=self.bucket_bytes)
         return self._base
 
+    def num_ps(self, gpus: int) -> int:
+        """Servers in the setup at ``gpus`` devices (1 where there are none to size)."""
+        return self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
+
     def setup(self, gpus: int) -> StepSetup:
         """The setup at ``gpus`` devices (the servers sized for them)."""
-        num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
-        return self.base_setup().at_workers(gpus, num_ps)
+        return self.base_setup().at_workers(gpus, self.num_ps(gpus))
 
     def workload(self, gpus: int) -> StepWorkload:
         """The step's workload at ``gpus``: exposed input depends on the devices per node."""
@@ -204,7 +207,7 @@ class Sweeper:
         """The step at ``gpus`` devices, shared by the counts whose setups have the same
         :func:`~scalelab.plan.step.step_key` (the workload's exposed input depends on the
         devices per machine, which the key holds wherever it does not hold the count)."""
-        num_ps = self.servers(gpus)[1] if self.arch == "ps" and gpus > 1 else 1
+        num_ps = self.num_ps(gpus)
         key = self.base_setup().key_at(gpus, num_ps)
         pred = self._predictions.get(key)
         if pred is None:  # the setup is made only here: most counts share a step

@@ -250,9 +250,6 @@ def render_report(inputs: ReportInputs, title: str | None = None) -> str:
 
 def write_report(paths: list[str | os.PathLike], out: str | os.PathLike) -> Path:
     """Load ``paths``, render, and write ``out`` atomically."""
-    out = Path(out)
-    if out.exists() and out.is_dir():
-        raise UsageError(f"--out {out} is a folder; give a file name such as {out}/report.html")
     inputs = collect_inputs(paths)
     try:
         html = render_report(inputs)
