@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scalelab import opcache, opcount, workload
+from scalelab import opcache, opcount
 from scalelab.cli import main
 from scalelab.hardware import bands as bandsmod
 from scalelab.hardware import fit as fitmod
@@ -85,7 +85,7 @@ def test_a_cached_plan_counts_nothing(tmp_path, monkeypatch, capsys):
             return counted
 
         monkeypatch.setattr(opcount, "step_ops", forbid("step_ops"))
-        monkeypatch.setattr(workload, "describe", forbid("describe"))
+        monkeypatch.setattr(opcount, "describe", forbid("describe"))
         monkeypatch.setattr(fitmod, "fit", forbid("fit"))
         monkeypatch.setattr(bandsmod, "bands", forbid("bands"))
         monkeypatch.setattr(profiler_memory, "try_memory_components", forbid("memory"))

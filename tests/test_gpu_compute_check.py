@@ -38,7 +38,7 @@ def test_bad_arguments_are_one_line(check, capsys):
 
 def test_the_prediction_is_the_plans_for_a_cpu_workload(check):
     from scalelab.hardware.estimate import estimate_step
-    from scalelab.opcache import fit_and_bands
+    from scalelab.hardware.packaged import fit_and_bands
     from scalelab.opcount import step_ops
 
     row = check.predict("resnet18", 32, "bf16", "NVIDIA H200", 30e-6)
@@ -114,7 +114,7 @@ def test_every_row_is_on_disk_before_the_next_is_measured(check, monkeypatch, tm
 
 def test_the_roofline_per_class_adds_up_to_the_devices_roofline(check):
     from scalelab.hardware.estimate import device_roofline
-    from scalelab.opcache import fit_and_bands
+    from scalelab.hardware.packaged import fit_and_bands
     from scalelab.opcount import step_ops
 
     for precision, nhwc in (("fp32", False), ("bf16", True)):

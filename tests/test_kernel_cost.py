@@ -13,8 +13,8 @@ from scalelab.hardware.curve import _Curve, _Grid, point_curve
 from scalelab.hardware.estimate import estimate_step
 from scalelab.hardware.fit import fit
 from scalelab.hardware.grid_search import _GRID, MIN_KERNEL_MODELS
+from scalelab.hardware.packaged import fit_and_bands
 from scalelab.hardware.reference import RefPoint
-from scalelab.opcache import fit_and_bands
 from scalelab.theory.roofline import RooflineOp, roofline_step
 
 

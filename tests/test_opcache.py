@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from scalelab import opcache, opcount, paths, workload
+from scalelab import opcache, opcount, paths
 from scalelab.hardware import bands as bandsmod
 from scalelab.hardware import fit as fitmod
 from scalelab.hardware import packaged
@@ -246,7 +246,7 @@ def test_describe_is_cached(cache, monkeypatch):
         calls.append(flops)
         return ("info", spec.model, flops)
 
-    monkeypatch.setattr(workload, "describe", fake)
+    monkeypatch.setattr(opcount, "describe", fake)
     spec = WorkloadSpec("resnet50")
     assert opcache.describe(spec, flops=False) == ("info", "resnet50", False)
     opcache.clear_memory()
@@ -278,9 +278,9 @@ def test_fit_and_bands_are_cached(cache, monkeypatch):
     calls = []
     monkeypatch.setattr(fitmod, "fit", lambda: calls.append("fit") or "F")
     monkeypatch.setattr(bandsmod, "bands", lambda: calls.append("bands") or "B")
-    assert opcache.fit_and_bands() == ("F", "B")
+    assert packaged.fit_and_bands() == ("F", "B")
     opcache.clear_memory()
-    assert opcache.fit_and_bands() == ("F", "B")
+    assert packaged.fit_and_bands() == ("F", "B")
     assert calls == ["fit", "bands"]
     assert len(list((cache / "fit").glob("*.pkl"))) == 1
 
@@ -289,7 +289,7 @@ def test_a_current_packaged_fit_is_used_without_counting(cache, monkeypatch):
     monkeypatch.setattr(packaged, "current", lambda: ("PF", "PB"))
     monkeypatch.setattr(fitmod, "fit", lambda: pytest.fail("fitted with the package's fit"))
     monkeypatch.setattr(bandsmod, "bands", lambda: pytest.fail("bands with the package's"))
-    assert opcache.fit_and_bands() == ("PF", "PB")
+    assert packaged.fit_and_bands() == ("PF", "PB")
     assert not (cache / "fit").exists()
 
 

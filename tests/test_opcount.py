@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from scalelab import opcount
-from scalelab.opcount import step_ops
-from scalelab.workload import WorkloadSpec, describe
+from scalelab.opcount import describe, step_ops
+from scalelab.workload import WorkloadSpec
 
 
 def test_flops_match_flop_counter_and_scale_with_batch():

@@ -10,7 +10,7 @@ from scalelab.errors import UsageError
 from scalelab.plan import Cluster, PlanOptions, plan
 from scalelab.plan.advice import floor2
 from scalelab.plan.inputs import workload_from_dict
-from scalelab.plan.text import format_gbps, sig3
+from scalelab.text import format_gbps, sig3
 
 RESNET50 = {"param_bytes": 102_228_128, "batch_size": 64, "step_s": 0.292}
 

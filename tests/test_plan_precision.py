@@ -12,10 +12,10 @@ import pytest
 from scalelab import hardware
 from scalelab.errors import UsageError
 from scalelab.hardware.estimate import device_roofline
-from scalelab.opcount import step_ops
+from scalelab.opcount import describe, step_ops
 from scalelab.plan import Cluster, PlanOptions, plan, workload_from_dict
 from scalelab.plan.compute import target_compute, target_precision
-from scalelab.workload import WorkloadSpec, describe
+from scalelab.workload import WorkloadSpec
 
 MODEL, BATCH = "resnet18", 32
 

@@ -20,7 +20,8 @@ MAIN = 3  # the first three series are the source's main table; the rest 'Other 
 
 @lru_cache(maxsize=8)
 def _param_bytes(model: str) -> int:
-    from scalelab.workload import WorkloadSpec, describe
+    from scalelab.opcount import describe
+    from scalelab.workload import WorkloadSpec
 
     shape = (3, 299, 299) if model == "inception_v3" else (3, 224, 224)
     return describe(WorkloadSpec(model=model, input_shape=shape), flops=False).param_bytes

@@ -1,7 +1,8 @@
 import pytest
 
+from scalelab.opcount import describe
 from scalelab.theory import sharding
-from scalelab.workload import WorkloadSpec, describe
+from scalelab.workload import WorkloadSpec
 
 
 @pytest.fixture(scope="module")

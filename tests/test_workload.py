@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from scalelab.errors import UsageError
-from scalelab.workload import WorkloadSpec, describe, logits_of, parse_input_shape
+from scalelab.opcount import describe
+from scalelab.workload import WorkloadSpec, logits_of, parse_input_shape
 
 
 def test_known_parameter_counts():

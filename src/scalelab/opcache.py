@@ -1,11 +1,13 @@
 """Counted once, kept on disk: a model's operations, its description, the fit.
 
 Counting a training step's operations (:func:`scalelab.opcount.step_ops`) builds the model
-and runs a step on meta tensors; describing a model (:func:`scalelab.workload.describe`)
+and runs a step on meta tensors; describing a model (:func:`scalelab.opcount.describe`)
 builds it too; the cross-device fit (:func:`scalelab.hardware.fit.fit` and its
-leave-one-out :func:`~scalelab.hardware.bands.bands`) counts the operations of every model in
-the reference table. Each takes seconds and gives the same answer for the same inputs, so
-each is computed once and kept in the per-user cache (:func:`scalelab.paths.cache_dir`):
+leave-one-out :func:`~scalelab.hardware.bands.bands`, kept here by
+:func:`scalelab.hardware.packaged.fit_and_bands` where the package's own is stale) counts
+the operations of every model in the reference table. Each takes seconds and gives the same
+answer for the same inputs, so each is computed once and kept in the per-user cache
+(:func:`scalelab.paths.cache_dir`):
 
     <cache>/ops/<key>.pkl        StepOps of (model, input shape, classes, optimizer, batch)
     <cache>/describe/<key>.pkl   WorkloadInfo of (model, input shape, classes, with FLOPs)
@@ -46,8 +48,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from scalelab.paths import cache_dir
 
 if TYPE_CHECKING:
-    from scalelab.hardware.bands import Bands
-    from scalelab.hardware.fit import Fit
     from scalelab.opcount import StepOps
     from scalelab.workload import WorkloadInfo, WorkloadSpec
 
@@ -59,7 +59,7 @@ _PACKAGE = Path(__file__).resolve().parent
 # (anywhere in it, transitively), and data files (globs relative to the package)
 _SOURCES = {
     "ops": ("scalelab.opcount", ()),
-    "describe": ("scalelab.workload", ()),
+    "describe": ("scalelab.opcount", ()),
     "fit": ("scalelab.hardware.bands", ("hardware/*.toml",)),  # imports the fit
     "memory": ("scalelab.profiler.memory", ()),
 }
@@ -296,14 +296,14 @@ def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
 
 
 def describe(spec: WorkloadSpec | str, flops: bool = True) -> WorkloadInfo:
-    """:func:`scalelab.workload.describe`, computed once per (model, input shape, classes,
+    """:func:`scalelab.opcount.describe`, computed once per (model, input shape, classes,
     FLOPs or not, torch version) and kept on disk."""
     spec = _spec(spec)
 
     def run():
-        from scalelab import workload
+        from scalelab import opcount
 
-        return workload.describe(spec, flops=flops)
+        return opcount.describe(spec, flops=flops)
 
     fields = {"model": spec.model, "input_shape": list(spec.input_shape),
               "num_classes": spec.num_classes, "flops": bool(flops)}
@@ -324,22 +324,3 @@ def memory_components(spec: WorkloadSpec | str) -> dict | None:
     fields = {"model": spec.model, "input_shape": list(spec.input_shape),
               "num_classes": spec.num_classes, "optimizer": spec.optimizer}
     return cached("memory", fields, run, persist=spec.named)
-
-
-def fit_and_bands() -> tuple[Fit, Bands]:
-    """The packaged reference data's fit and its leave-one-out bands
-    (:func:`scalelab.hardware.fit.fit`, :func:`~scalelab.hardware.bands.bands`): as shipped
-    (:mod:`scalelab.hardware.packaged`) when that file was written by the code and table
-    here, else computed once per content of the reference data and the code that fits it."""
-    from scalelab.hardware import packaged
-
-    shipped = packaged.current()
-    if shipped is not None:
-        return shipped
-
-    def run():
-        from scalelab.hardware import bands, fit
-
-        return fit.fit(), bands.bands()
-
-    return cached("fit", {}, run)

@@ -1,15 +1,15 @@
-"""The workload: a model spec -> module factory, input shape, parameter bytes and FLOPs.
+"""The workload: a model spec -> its module (built for real or on meta tensors), its input.
 
 A :class:`WorkloadSpec` names everything that defines one training step: the model (a
 torchvision classification model name, or ``package.module:factory`` for the user's own),
 the per-sample input shape, the number of classes, the loss and the optimizer. Everything
 else in scalelab (profiler, runner, planner) takes a spec and never re-derives these.
 
-:func:`describe` derives what planning needs from the model alone: the parameter count,
-``param_bytes`` (the bytes of the gradients exchanged per step), the byte size of every
-parameter tensor (for parameter-server shard placement) and the FLOPs per sample of one
-forward+backward pass, counted by :mod:`scalelab.opcount` on meta tensors (no memory, no
-arithmetic) where the model allows it.
+:func:`scalelab.opcount.describe` derives what planning needs from the model alone (the
+parameter count, ``param_bytes``, each parameter tensor's bytes and the FLOPs per sample)
+into a :class:`WorkloadInfo`; this module builds the model it describes (on meta tensors
+where the model allows it: :func:`meta_model`) and checks it takes its input
+(:func:`check_workload`).
 """
 
 from __future__ import annotations
@@ -327,7 +327,8 @@ def logits_of(output: Any) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class WorkloadInfo:
-    """What the planner needs to know about a model, derived by :func:`describe`."""
+    """What the planner needs to know about a model, derived by
+    :func:`scalelab.opcount.describe`."""
 
     param_count: int
     param_bytes: int
@@ -337,25 +338,6 @@ class WorkloadInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def count_flops_per_sample(spec: WorkloadSpec, model: nn.Module, device: str) -> float:
-    """Forward+backward FLOPs per sample at batch 2, counted by the project's operation
-    count (:func:`scalelab.opcount.record_step`: multiply-adds of convolutions, matrix
-    products and attention, a convolution's backward as one forward convolution per
-    gradient it computes).
-
-    Not ``FlopCounterMode``'s total: its formula for a convolution's weight gradient
-    overcounts a grouped convolution by its group count (mobilenet_v2: 12.3 GFLOP per sample
-    where the step does 1.8). Batch 2, not 1, because batch normalization refuses one value
-    per channel in training mode; every count is linear in the batch, so it is halved.
-    """
-    from scalelab.opcount import record_step
-
-    batch = 2
-    x = torch.randn((batch, *spec.input_shape), device=device)
-    y = torch.zeros(batch, dtype=torch.long, device=device)
-    return sum(o.flops for o in record_step(spec, model, x, y)) / batch
 
 
 def _forward_and_loss(spec: WorkloadSpec, model: nn.Module, device: str) -> None:
@@ -390,45 +372,3 @@ def check_workload(spec: WorkloadSpec) -> None:
         shape = ",".join(map(str, spec.input_shape))
         raise UsageError(f"model {spec.model!r} does not take --input-shape {shape} "
                          f"(one sample's shape, without the batch): {first}") from None
-
-
-def describe(spec: WorkloadSpec, flops: bool = True) -> WorkloadInfo:
-    """Parameter count, bytes per tensor and FLOPs per sample of ``spec``'s model.
-
-    The model is built on the meta device (no memory is allocated) and FLOPs are counted
-    there; a model that cannot run on meta tensors is counted on CPU instead.
-    """
-    try:
-        model = meta_model(spec)
-        device = "meta"
-    except UsageError:
-        raise
-    except Exception:  # noqa: BLE001 - the model cannot be built on meta: use the CPU
-        model = spec.build_model(seed=None)
-        device = "cpu"
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    tensor_bytes = [p.numel() * p.element_size() for _, p in params]
-    flops_value = 0.0
-    if flops:
-        try:
-            flops_value = count_flops_per_sample(spec, model, device)
-        except Exception as e:  # noqa: BLE001
-            if device == "cpu":
-                raise UsageError(
-                    f"model {spec.model!r} cannot run a training step on input "
-                    f"{','.join(map(str, spec.input_shape))}: {e}"
-                ) from None
-            try:
-                flops_value = count_flops_per_sample(spec, spec.build_model(seed=None), "cpu")
-            except Exception as e2:  # noqa: BLE001
-                raise UsageError(
-                    f"model {spec.model!r} cannot run a training step on input "
-                    f"{','.join(map(str, spec.input_shape))}: {e2}"
-                ) from None
-    return WorkloadInfo(
-        param_count=sum(p.numel() for _, p in params),
-        param_bytes=sum(tensor_bytes),
-        tensor_bytes=tensor_bytes,
-        tensor_names=[n for n, _ in params],
-        flops_per_sample=float(flops_value),
-    )

@@ -82,7 +82,7 @@ def cluster_text(p: dict) -> str:
 
 
 def check_line(check: dict) -> str:
-    from scalelab.plan.text import format_s
+    from scalelab.text import format_s
 
     c = check["check"]
     ran = c["ran"]

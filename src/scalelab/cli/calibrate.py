@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 def table(doc: dict):
     from rich.table import Table
 
-    from scalelab.plan.text import plural
+    from scalelab.text import plural
 
     t = Table(title=f"scalelab calibrate ({plural(len(doc['fitted_cases']), 'case')})")
     for col, just in (("parameter", "left"), ("fitted", "right"), ("± 1 sd", "right"),
@@ -66,7 +66,7 @@ def summary_lines(doc: dict) -> list[str]:
              f"model used: {doc['model']} ({doc['decision']['reason']})"]
     band = doc.get("band")
     if band:
-        from scalelab.plan.text import plural
+        from scalelab.text import plural
 
         lines.append(f"band: measured step within x{band['low']:.3f} .. x{band['high']:.3f} "
                      f"of predicted ({band['source']}, {plural(band['cases'], 'case')})")

@@ -112,7 +112,7 @@ def print_table(console, t) -> None:
 def table(result: dict):
     from rich.table import Table
 
-    from scalelab.plan.text import plural
+    from scalelab.text import plural
 
     t = Table(title=f"scalelab compare: {result['model']}, {plural(result['workers'], 'worker')}, "
                     f"{result.get('rate') or 'loopback'}")

@@ -120,8 +120,8 @@ def run_fit(args) -> int:
     """Per device and compute units: e_c, e_m, the points behind them, the error band."""
     out = _out()
     from scalelab.hardware import packaged
+    from scalelab.hardware.packaged import fit_and_bands
     from scalelab.hardware.reference import reference
-    from scalelab.opcache import fit_and_bands
 
     (f, b), ref = fit_and_bands(), reference()
     shipped = packaged.current_file() if packaged.current() is not None else None

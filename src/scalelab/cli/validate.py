@@ -90,7 +90,7 @@ def table(validation: dict):
 
 
 def summary_lines(validation: dict) -> list[str]:
-    from scalelab.plan.text import plural
+    from scalelab.text import plural
     from scalelab.theory.units import Bps_to_mbps
 
     lines = []

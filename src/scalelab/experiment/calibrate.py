@@ -45,12 +45,12 @@ from scalelab.experiment.observations import (  # noqa: F401 - re-exported
     observation_from_run,
     observations_from_validation,
 )
+from scalelab.plan.inputs import CALIBRATED, UNCALIBRATED, CalibrationInput
 from scalelab.plan.step import ModelParams
 from scalelab.theory.band import ErrorBand, band_from_log_errors
 
 MIN_CASES = 3
 MAX_FOLDS = 5
-CALIBRATED, UNCALIBRATED = "calibrated", "uncalibrated"
 
 
 @dataclass(frozen=True)
@@ -134,27 +134,10 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "calibration") -> Calibration:
-        """What ``validate`` and ``plan`` need from a calibration file (older ones too)."""
-        if not isinstance(d.get("params"), dict):
-            raise UsageError(f"{where}: calibration file has no 'params' object")
-        try:
-            band = ErrorBand.from_dict(d["band"]) if d.get("band") else None
-        except (KeyError, TypeError, ValueError) as e:
-            raise UsageError(f"{where}: the calibration's band is invalid ({e})") from None
-        decision, prior = d.get("decision") or {}, d.get("prior") or {}
-        for name, v in (("decision", decision), ("prior", prior)):
-            if not isinstance(v, dict):
-                raise UsageError(f"{where}: the calibration's {name} is not an object")
-        model = d.get("model") or decision.get("model") or CALIBRATED
-        if model not in (CALIBRATED, UNCALIBRATED):
-            raise UsageError(f"{where}: model must be {CALIBRATED} or {UNCALIBRATED}, "
-                             f"got {model!r}")
-        cases = d.get("fitted_cases") or ()
-        if not isinstance(cases, list | tuple):
-            raise UsageError(f"{where}: the calibration's fitted_cases is not a list")
-        return cls(ModelParams.from_dict(d["params"], f"{where}: params"), model,
-                   str(decision.get("reason") or ""), tuple(cases), band,
-                   ModelParams.from_dict(prior, f"{where}: prior"))
+        """What ``validate`` and ``plan`` need from a calibration file (older ones too), read
+        as a plan reads it (:meth:`scalelab.plan.inputs.CalibrationInput.from_dict`)."""
+        c = CalibrationInput.from_dict(d, where)
+        return cls(c.params, c.model, c.reason, c.fitted_cases, c.band, c.prior)
 
 
 def _decide(n: int, result: Fit, cv: CrossValidation | None) -> tuple[str, str]:

@@ -336,7 +336,7 @@ def compare(spec: WorkloadSpec, options: CompareOptions,
             progress: Callable[[str], None] | None = None) -> Comparison:
     """Profile, plan, then predict and run every ablation step (compare.json: ``to_dict()``)."""
     from scalelab import netem
-    from scalelab.workload import describe
+    from scalelab.opcount import describe
 
     say = progress or (lambda text: None)
     o, w, base = options, options.workers, options.baseline

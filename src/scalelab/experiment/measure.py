@@ -291,7 +291,7 @@ def case_inputs(config: dict[str, Any], exchange_form: str, meas: Measurements,
     """Measure what one case's prediction needs (``config`` keyed by the grid's keys).
 
     ``exchange_form`` is the run's ``RunConfig.exchange_form``; ``info`` the workload's
-    :func:`scalelab.workload.describe`. An all-reduce case of two or more workers on an
+    :func:`scalelab.opcount.describe`. An all-reduce case of two or more workers on an
     emulated link also gets its ``floor_step_s``: the median step of its workers timed as
     DDP processes on loopback (:meth:`Measurements.loopback_timings`); a parameter-server
     case its ``compute_floor_s``: its workers' compute timed meeting before each step. A

@@ -87,7 +87,8 @@ def observation_from_run(data: dict, source: str = "") -> Observation:
                          "(use runs with --emulate-network, or a validation file)")
     tensor_bytes: tuple[int, ...] = ()
     if cfg.get("partition") == "tensor":
-        from scalelab.workload import WorkloadSpec, describe
+        from scalelab.opcount import describe
+        from scalelab.workload import WorkloadSpec
 
         tensor_bytes = tuple(describe(WorkloadSpec.from_dict(cfg["workload"]),
                                       flops=False).tensor_bytes)

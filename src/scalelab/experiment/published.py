@@ -81,7 +81,8 @@ def load_series(path: str | Path) -> list[dict]:
 
 @lru_cache(maxsize=64)
 def _grad_bytes(model: str) -> int:
-    from scalelab.workload import WorkloadSpec, describe
+    from scalelab.opcount import describe
+    from scalelab.workload import WorkloadSpec
 
     shape = (3, 299, 299) if model == "inception_v3" else (3, 224, 224)
     return describe(WorkloadSpec(model=model, input_shape=shape), flops=False).param_bytes

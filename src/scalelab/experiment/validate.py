@@ -360,7 +360,7 @@ def run_cases(spec: WorkloadSpec, configs: list[dict[str, Any]], options: Valida
               on_case: Callable[[ValidationCase], None] | None = None) -> Validation:
     """:func:`run_validation` for an explicit list of ``config`` dicts (grid keys)."""
     from scalelab import netem
-    from scalelab.workload import describe
+    from scalelab.opcount import describe
 
     configs = [{**dict.fromkeys(GRID_KEYS), **c} for c in configs]
     run_configs = [_run_config(spec, c, options) for c in configs]  # all valid before any run

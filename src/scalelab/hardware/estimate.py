@@ -30,6 +30,7 @@ from scalelab import hardware
 from scalelab.hardware.bands import Bands
 from scalelab.hardware.fit import Fit, roofline_ops
 from scalelab.hardware.reference import PRECISION_MODES, reference
+from scalelab.text import format_s
 from scalelab.theory.roofline import RooflineStep, host_step_s, roofline_step, step_with_host_s
 
 if TYPE_CHECKING:  # opcount imports torch; an estimate reads counted operations only
@@ -74,8 +75,8 @@ class Estimate:
 
 def _packaged() -> tuple[Fit, Bands]:
     """The reference table's fit and bands as a plan reads them (the package's own where it
-    is current, :func:`scalelab.opcache.fit_and_bands`)."""
-    from scalelab.opcache import fit_and_bands
+    is current, :func:`scalelab.hardware.packaged.fit_and_bands`)."""
+    from scalelab.hardware.packaged import fit_and_bands
 
     return fit_and_bands()
 
@@ -117,14 +118,6 @@ def _borrowed(f: Fit, device: str, precision: str,
     return f"; {device} has no published point: fractions of {whose}"
 
 
-def _time(s: float) -> str:
-    """A step's time as the plan's other lines give it (:func:`scalelab.plan.text.format_s`,
-    imported here: the plan imports this module)."""
-    from scalelab.plan.text import format_s
-
-    return format_s(s)
-
-
 def _kernels_note(r: RooflineStep) -> str:
     """", K kernels x tau of the device's own cost per kernel" where the roofline has one."""
     if not r.kernels_s:
@@ -144,11 +137,11 @@ def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None,
     step = step_with_host_s(est.step_s, host)
     if host <= est.step_s:
         how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
-               f"{_time(host)}, below the device's time")
+               f"{format_s(host)}, below the device's time")
         return replace(est, host_s=host, device_s=est.step_s, how=how)
     band = (b or _packaged()[1]).band(est.target_device, est.precision, host_bound=True)
     how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
-           f"{_time(host)}, which sets the step (+- {band:.0%}, the host-bound band)")
+           f"{format_s(host)}, which sets the step (+- {band:.0%}, the host-bound band)")
     return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how, bound="host",
                    band=band)
 
@@ -195,10 +188,10 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
         rs = device_roofline(source_ops or ops, src.name, sp, f)
         step = max(source_step_s * rt.step_s / rs.step_s, rt.floor_s)
         band = math.hypot(b.band(src.name, sp), b_t)
-        how = (f"T = {_time(source_step_s)} measured on {src.name} x roofline "
-               f"{_time(rt.step_s)} ({target.name}, {precision}{_kernels_note(rt)}) / "
-               f"{_time(rs.step_s)} ({src.name}, {sp}{_kernels_note(rs)}) = "
-               f"{_time(step)} +- {band:.0%}{_borrowed(f, target.name, precision, anchor)}")
+        how = (f"T = {format_s(source_step_s)} measured on {src.name} x roofline "
+               f"{format_s(rt.step_s)} ({target.name}, {precision}{_kernels_note(rt)}) / "
+               f"{format_s(rs.step_s)} ({src.name}, {sp}{_kernels_note(rs)}) = "
+               f"{format_s(step)} +- {band:.0%}{_borrowed(f, target.name, precision, anchor)}")
         return Estimate(step, band, precision, rt.floor_s, rt.bound, how, target.name, src.name)
     rt = device_roofline(ops, target.name, precision, f)
     fr = f.fractions(target.name, precision)
@@ -208,7 +201,7 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
     units = f", FP32-unit ops at {e_u:.2f} of the FP32 peak" if e_u != 1.0 else ""
     units += _kernels_note(rt)
     how = (f"T = roofline of {ops.model} at batch {ops.batch_size} on {target.name} "
-           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}{units}) = {_time(rt.step_s)} "
+           f"({precision}, e_c {fr.e_c:.2f}, e_m {fr.e_m:.2f}{units}) = {format_s(rt.step_s)} "
            f"+- {b_t:.0%}{why}{_borrowed(f, target.name, precision)}")
     return Estimate(rt.step_s, b_t, precision, rt.floor_s, rt.bound, how, target.name,
                     source_device)

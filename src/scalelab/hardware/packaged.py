@@ -114,6 +114,24 @@ def current() -> tuple[Fit, Bands] | None:
         return None
 
 
+def fit_and_bands() -> tuple[Fit, Bands]:
+    """The reference table's fit and its leave-one-out bands as a plan reads them: the
+    package's own (:func:`current`) where this code and table wrote it, else computed once
+    per content of the reference data and the code that fits it, and kept in the cache
+    (:func:`scalelab.opcache.cached`, kind ``"fit"``)."""
+    shipped = current()
+    if shipped is not None:
+        return shipped
+    from scalelab.opcache import cached
+
+    def run():
+        from scalelab.hardware import bands, fit
+
+        return fit.fit(), bands.bands()
+
+    return cached("fit", {}, run)
+
+
 def write(path: Path = PATH) -> dict[str, Any]:
     """Fit the reference table now and write the result with the current digest."""
     from importlib import metadata

@@ -7,7 +7,7 @@
 - :mod:`~scalelab.plan.sweep`: every architecture at every device count.
 - :mod:`~scalelab.plan.recommend`: :func:`plan`, the recommendation and its reasons
   (:mod:`~scalelab.plan.advice`, :mod:`~scalelab.plan.reasons`).
-- :mod:`~scalelab.plan.text`: numbers for a reader.
+- :mod:`~scalelab.text`: numbers for a reader.
 """
 
 from scalelab.plan.cluster import PLACEMENTS, Cluster, load_cluster
@@ -23,9 +23,9 @@ from scalelab.plan.inputs import (
     profile_from_dict,
     workload_from_dict,
 )
-from scalelab.plan.options import DEFAULT_MFU, PlanOptions
+from scalelab.plan.options import DEFAULT_MFU, LARGE_BATCH, PlanOptions
 from scalelab.plan.reasons import Reason
-from scalelab.plan.recommend import LARGE_BATCH, Plan, Recommendation, plan
+from scalelab.plan.recommend import Plan, Recommendation, plan
 from scalelab.plan.step import (
     ARCHITECTURES,
     BOTTLENECKS,
@@ -36,7 +36,7 @@ from scalelab.plan.step import (
     predict_step,
 )
 from scalelab.plan.sweep import SweepRow, network_sweep, sweep_architecture
-from scalelab.plan.text import format_bytes, format_gbps, format_s
+from scalelab.text import format_bytes, format_gbps, format_s
 
 __all__ = [
     "ARCHITECTURES", "BOTTLENECKS", "CalibrationInput", "load_calibration_file",

@@ -3,7 +3,7 @@
 Each function reads the plan's setting (the step's inputs at the chosen batch) and the
 sweep, appends its :class:`~scalelab.plan.reasons.Reason` values, and returns the figures
 it decided. Formulas come from :mod:`scalelab.theory`; numbers are written for a reader
-by :mod:`scalelab.plan.text`.
+by :mod:`scalelab.text`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from scalelab.plan.choice import floor2 as floor2  # re-exported: the pages' rou
 from scalelab.plan.reasons import Notes
 from scalelab.plan.step import BACKWARD_SHARE
 from scalelab.plan.sweep import Sweeper, SweepRow
-from scalelab.plan.text import (
+from scalelab.text import (
     format_Bps,
     format_bytes,
     format_gbps,

@@ -11,7 +11,7 @@ from typing import Any
 
 from scalelab.plan.reasons import Notes
 from scalelab.plan.sweep import SweepRow
-from scalelab.plan.text import plural
+from scalelab.text import plural
 
 FASTER_BY = 1.02
 """Another architecture is named faster only above 2% more throughput: closer than that is

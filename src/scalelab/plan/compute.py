@@ -144,7 +144,7 @@ def carried_host_s_per_op(target: hardware.Device, measured: float | None = None
     Carried to the target's host unchanged, which is an assumption: a faster host issues
     faster.
     """
-    from scalelab.opcache import fit_and_bands
+    from scalelab.hardware.packaged import fit_and_bands
 
     where_measured = f"as measured where the step was ({measured_on})"
     if measured and source != "profile":
@@ -183,7 +183,8 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
     the model's operations cannot be counted (no model named, a model meta tensors cannot
     run, batch 1) or the target's peaks are unknown."""
     from scalelab.hardware.estimate import estimate_step
-    from scalelab.opcache import fit_and_bands, step_ops
+    from scalelab.hardware.packaged import fit_and_bands
+    from scalelab.opcache import step_ops
     from scalelab.workload import WorkloadSpec
 
     if not inp.model or batch_size < 2 or target.peak_flops("fp32") is None \
@@ -221,7 +222,8 @@ def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluste
         return TargetCompute(step_s, False, (), (), precision=measured_p)
     precision, why = target_precision(inp, cluster, options, target)
     from scalelab.hardware.estimate import estimate_step
-    from scalelab.opcache import fit_and_bands, step_ops
+    from scalelab.hardware.packaged import fit_and_bands
+    from scalelab.opcache import step_ops
     from scalelab.workload import WorkloadSpec
 
     ops = None

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scalelab.plan.layouts import ModelSizes, explain, layout_memory, sizes_for
+from scalelab.plan.options import LARGE_BATCH
 from scalelab.theory import zero
 from scalelab.theory.memory import usable_bytes
 
@@ -280,8 +281,6 @@ def _smaller_batch(st, sizes, dev, all_rows, max_gpus: int, why: str) -> LayoutD
 
 def _maybe_larger_batch(st, sizes, dev, all_rows, at) -> LayoutDecision | None:
     """Case 2 of the module docstring: a sharded layout at a larger batch, or None."""
-    from scalelab.plan.recommend import LARGE_BATCH
-
     name, mem = dev
     ddp = at[0]
     e_now = ddp.efficiency

@@ -10,6 +10,9 @@ from scalelab.plan.step import ARCHITECTURES, ModelParams
 from scalelab.theory.band import ErrorBand
 
 DEFAULT_MFU = 0.4
+# A global batch above which convergence needs learning-rate scaling and warm-up (Goyal et al.,
+# 2017): the plan warns past it, and a sharded layout does not raise the batch past it
+LARGE_BATCH = 8192
 
 
 @dataclass(frozen=True)

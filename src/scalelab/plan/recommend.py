@@ -33,16 +33,14 @@ from scalelab.errors import UsageError
 from scalelab.plan.cluster import Cluster
 from scalelab.plan.compute import memory_check, target_compute
 from scalelab.plan.inputs import PlanInput, load_input
-from scalelab.plan.options import PlanOptions
+from scalelab.plan.options import LARGE_BATCH, PlanOptions
 from scalelab.plan.reasons import Notes, Reason
 from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
 from scalelab.plan.sweep import SweepRow, device_counts, sweep_architecture
-from scalelab.plan.text import format_s, server_hosts
+from scalelab.text import format_s, server_hosts
 from scalelab.theory import io as theory_io
 from scalelab.theory import topology
 from scalelab.theory.band import ErrorBand, combine, relative_band
-
-LARGE_BATCH = 8192
 
 
 @dataclass(frozen=True)

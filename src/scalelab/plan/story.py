@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scalelab.plan.text import format_gbps, plural
+from scalelab.text import format_gbps, plural
 from scalelab.theory.units import ceil_div
 
 

@@ -23,6 +23,7 @@ import torch
 
 from scalelab.environment import collect_environment
 from scalelab.errors import UsageError
+from scalelab.opcount import describe
 from scalelab.profiler import algorithms as algos
 from scalelab.profiler.device import parse_device, resolve_device
 from scalelab.profiler.host import measure_host_s_per_op
@@ -35,7 +36,7 @@ from scalelab.profiler.memory import (
 from scalelab.profiler.probe import Trial, TrialRunner
 from scalelab.profiler.search import Probe, find_max_batch, linear_fit, recommend_batch
 from scalelab.theory import memory
-from scalelab.workload import WorkloadSpec, describe
+from scalelab.workload import WorkloadSpec
 
 PLATEAU_GAIN = 0.05
 BUSY_LOADAVG = 1.0  # 1-minute load average above which a profile is marked as contended

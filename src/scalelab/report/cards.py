@@ -28,7 +28,7 @@ def plan_label(p: dict) -> str:
 
 
 def plural_text(n: Any, word: str) -> str:
-    from scalelab.plan.text import plural
+    from scalelab.text import plural
 
     return plural(n, word) if isinstance(n, int) else f"{n} {word}s"
 
@@ -164,7 +164,7 @@ def _shown_counts(rec_gpus: Any, total: int | None, counts: list[int]) -> set[in
 def sweep_rows(plans: list[dict]) -> tuple[list[list[str]], list[str]]:
     """The recommended architecture's predicted rows per plan; a ± column when the
     predictions carry a band."""
-    from scalelab.plan.text import format_s
+    from scalelab.text import format_s
 
     rows, banded = [], False
     for p in plans:
