@@ -1,9 +1,11 @@
+from pathlib import Path
+
 import pytest
 import torch
 
 from scalelab.errors import UsageError
 from scalelab.opcount import describe
-from scalelab.workload import WorkloadSpec, logits_of, parse_input_shape
+from scalelab.workload import WorkloadSpec, check_workload, logits_of, parse_input_shape
 
 
 def test_known_parameter_counts():
@@ -266,3 +268,34 @@ def test_a_meta_build_skips_the_initializers_and_puts_them_back(tmp_path, monkey
     named = workload.meta_model(WorkloadSpec("resnet18"))
     assert {name: getattr(init, name) for name in real} == real
     assert tuple(named.conv1.weight.shape) == (64, 3, 7, 7) and named.conv1.weight.is_meta
+
+
+def test_checking_a_model_on_meta_tensors_leaves_torch_dynamo_unimported():
+    """On meta tensors cross_entropy's log_softmax is a Python decomposition whose first
+    call imports torch._dynamo (seconds): the check runs the loss on CPU zeros of the
+    output's shape instead, and still refuses an output the loss does not take."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from scalelab.workload import WorkloadSpec, check_workload; "
+            "check_workload(WorkloadSpec('tests.toy_models:linear', input_shape=(8,), "
+            "num_classes=4)); print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=str(Path(__file__).resolve().parents[1])).stdout
+    assert out.split() == ["False"]
+
+
+def test_an_output_the_loss_refuses_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "odd_output.py").write_text(
+        "from torch import nn\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.l = nn.Linear(8, 12)\n"
+        "    def forward(self, x):\n"
+        "        return self.l(x).view(2, 3, 4)  # (N, C, d) for a target of shape (N,)\n"
+        "def model(num_classes=3):\n"
+        "    return M()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UsageError, match="does not take --input-shape 8"):
+        check_workload(WorkloadSpec("odd_output:model", input_shape=(8,), num_classes=3))

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import re
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import torch
+
+
+def _torchvision_version() -> str:
+    """``torchvision.__version__`` (with its build label, e.g. ``0.29.1+cu130``), read from
+    its ``version.py`` without importing it, else its package's version."""
+    try:
+        spec = importlib.util.find_spec("torchvision")
+        text = (Path(spec.origin).parent / "version.py").read_text(encoding="utf-8")
+        found = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", text, re.M)
+        if found:
+            return found.group(1)
+    except (AttributeError, TypeError, OSError, ValueError):
+        pass
+    try:
+        return metadata.version("torchvision")
+    except metadata.PackageNotFoundError:
+        return "none"
 
 
 def _cpu_name() -> str:
@@ -21,9 +42,8 @@ def _cpu_name() -> str:
 
 
 def collect_environment(device: str = "cpu") -> dict:
-    """Versions and the device as this process sees them."""
-    import torchvision
-
+    """Versions and the device as this process sees them (torchvision's version without
+    importing it: that takes seconds, most of them importing ``torch._dynamo``)."""
     from scalelab import __version__
 
     env = {
@@ -31,7 +51,7 @@ def collect_environment(device: str = "cpu") -> dict:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _torchvision_version(),
         "device": device,
         "device_name": _cpu_name(),
         "num_threads": torch.get_num_threads(),

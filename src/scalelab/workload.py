@@ -341,10 +341,17 @@ class WorkloadInfo:
 
 
 def _forward_and_loss(spec: WorkloadSpec, model: nn.Module, device: str) -> None:
+    """The model's forward pass at batch 2 on ``device``, then the loss of its output.
+
+    The loss runs on CPU zeros of the output's shape and dtype, which it accepts or refuses
+    as it would the output itself: on meta tensors ``cross_entropy``'s ``log_softmax`` runs
+    PyTorch's Python decomposition, whose first call imports ``torch._dynamo`` (1.4-2 s of a
+    ``scalelab run`` that otherwise never needs it)."""
     x = torch.zeros((2, *spec.input_shape), device=device)
-    y = torch.zeros(2, dtype=torch.long, device=device)
     with torch.no_grad():
-        spec.loss_fn()(logits_of(model.train()(x)), y)
+        out = logits_of(model.train()(x))
+        spec.loss_fn()(torch.zeros(out.shape, dtype=out.dtype),
+                       torch.zeros(2, dtype=torch.long))
 
 
 @lru_cache(maxsize=32)
