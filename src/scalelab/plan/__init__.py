@@ -7,7 +7,9 @@
 - :mod:`~scalelab.plan.sweep`: every architecture at every device count.
 - :mod:`~scalelab.plan.recommend`: :func:`plan`, the recommendation and its reasons
   (:mod:`~scalelab.plan.advice`, :mod:`~scalelab.plan.reasons`).
-- :mod:`~scalelab.text`: numbers for a reader.
+
+The numbers for a reader (:mod:`scalelab.text`, which the hardware estimate uses too) are
+re-exported here.
 """
 
 from scalelab.plan.cluster import PLACEMENTS, Cluster, load_cluster
