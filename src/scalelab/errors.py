@@ -20,3 +20,9 @@ def is_number(v) -> bool:
     """Whether ``v`` is what a number in an input file must be: a finite int or float (TOML
     and JSON readers give inf and nan; a bool is no number here)."""
     return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def number_wanted(v) -> str:
+    """What a value that :func:`is_number` refuses should have been: "a finite number" for
+    an infinite or nan float, else "a number"."""
+    return "a finite number" if isinstance(v, float) else "a number"

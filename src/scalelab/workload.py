@@ -345,8 +345,8 @@ def _forward_and_loss(spec: WorkloadSpec, model: nn.Module, device: str) -> None
 
     The loss runs on CPU zeros of the output's shape and dtype, which it accepts or refuses
     as it would the output itself: on meta tensors ``cross_entropy``'s ``log_softmax`` runs
-    PyTorch's Python decomposition, whose first call imports ``torch._dynamo`` (1.4-2 s of a
-    ``scalelab run`` that otherwise never needs it)."""
+    PyTorch's Python decomposition, whose first call imports ``torch._dynamo`` (1.4 s of a
+    ``scalelab run`` here, which otherwise never needs it)."""
     x = torch.zeros((2, *spec.input_shape), device=device)
     with torch.no_grad():
         out = logits_of(model.train()(x))

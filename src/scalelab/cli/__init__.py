@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         _check_outputs(args)
         code = int(args.func(args) or 0)
     except UsageError as e:  # one line, whatever a message it quotes holds
-        code = fail(2, " ".join(line.strip() for line in str(e).splitlines() if line.strip()))
+        code = fail(2, " ".join(str(e).split()))
     except RunFailure as e:
         code = fail(1, str(e))
     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from scalelab import hardware
 from scalelab.hardware.bands import Bands
 from scalelab.hardware.fit import Fit, roofline_ops
+from scalelab.hardware.packaged import fit_and_bands
 from scalelab.hardware.reference import PRECISION_MODES, reference
 from scalelab.text import format_s
 from scalelab.theory.roofline import RooflineStep, host_step_s, roofline_step, step_with_host_s
@@ -73,20 +74,12 @@ class Estimate:
                 "device_s": self.device_s}
 
 
-def _packaged() -> tuple[Fit, Bands]:
-    """The reference table's fit and bands as a plan reads them (the package's own where it
-    is current, :func:`scalelab.hardware.packaged.fit_and_bands`)."""
-    from scalelab.hardware.packaged import fit_and_bands
-
-    return fit_and_bands()
-
-
 def device_roofline(ops: StepOps, device: str, precision: str,
                     f: Fit | None = None,
                     source: tuple[str, str] | None = None) -> RooflineStep:
     """The step's roofline on ``device`` with its fitted fractions (``source``: the
     (device, precision) of a measurement it is anchored to, see :meth:`Fit.fractions`)."""
-    f = f or _packaged()[0]
+    f = f or fit_and_bands()[0]
     dev = hardware.device(device)
     fr = f.fractions(dev.name, precision, source)
     return roofline_step(roofline_ops(ops, dev, precision), dev.memory_bandwidth_Bps,
@@ -139,7 +132,7 @@ def _with_host(est: Estimate, ops: StepOps, host_s_per_op: float | None,
         how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
                f"{format_s(host)}, below the device's time")
         return replace(est, host_s=host, device_s=est.step_s, how=how)
-    band = (b or _packaged()[1]).band(est.target_device, est.precision, host_bound=True)
+    band = (b or fit_and_bands()[1]).band(est.target_device, est.precision, host_bound=True)
     how = (f"{est.how}; host: {n} operations x {host_s_per_op * 1e6:.3g} us = "
            f"{format_s(host)}, which sets the step (+- {band:.0%}, the host-bound band)")
     return replace(est, step_s=step, host_s=host, device_s=est.step_s, how=how, bound="host",
@@ -176,7 +169,7 @@ def _device_estimate(ops: StepOps, target_device: str, precision: str,
     if source_step_s is not None and not source_step_s > 0:
         raise ValueError(f"source_step_s must be > 0, got {source_step_s}")
     if f is None or b is None:
-        pf, pb = _packaged()
+        pf, pb = fit_and_bands()
         f, b = f or pf, b or pb
     target = hardware.device(target_device)
     b_t = b.band(target.name, precision)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from scalelab.algorithm_names import parse
-from scalelab.errors import UsageError, is_number
+from scalelab.errors import UsageError, is_number, number_wanted
 from scalelab.plan.step import ModelParams
 from scalelab.results import read_json, read_toml
 from scalelab.theory.band import ErrorBand
@@ -124,8 +124,7 @@ def _num(d: dict, key: str, where: str, required: bool = True):
             raise UsageError(f"{where}: missing {key!r}")
         return None
     if not is_number(v):
-        finite = "a finite number" if isinstance(v, float) else "a number"
-        raise UsageError(f"{where}: {key!r} must be {finite}, got {v!r}")
+        raise UsageError(f"{where}: {key!r} must be {number_wanted(v)}, got {v!r}")
     return v
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from scalelab.errors import UsageError, is_number
+from scalelab.errors import UsageError, is_number, number_wanted
 from scalelab.theory import comm, sharding, topology
 
 ARCHITECTURES = ("ps", "allreduce", "hierarchical")
@@ -69,8 +69,7 @@ class ModelParams:
         bad = {k: v for k, v in d.items() if not is_number(v)}
         if bad:
             k, v = next(iter(bad.items()))
-            finite = "a finite number" if isinstance(v, float) else "a number"
-            raise UsageError(f"{where}: {k!r} must be {finite}, got {v!r}")
+            raise UsageError(f"{where}: {k!r} must be {number_wanted(v)}, got {v!r}")
         try:
             return cls(**{k: float(v) for k, v in d.items()})
         except UsageError as e:

@@ -73,7 +73,7 @@ def load(path: Path) -> dict:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - a damaged or foreign file
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        first = (str(e).strip().splitlines() or [""])[0]
         why = type(e).__name__ + (f": {first}" if first and len(first) <= 120 else "")
         raise UsageError(f"{path}: not a readable scalelab checkpoint ({why}); move it "
                          "away to resume from the one before it") from None
