@@ -20,11 +20,13 @@ def _start(cmds: list[list[str]], env: dict | None = None) -> list[subprocess.Po
     # each in its own session, as the runner starts its ranks: with the kernel's session
     # autogroups, processes of one session share one group's CPU time
     # and with the runner's OpenMP wait policy, so that they time what a rank would compute
+    # forked from a warm interpreter (they time on the CPU): torch is imported once
+    from scalelab.runner import warmstart
     from scalelab.runner.launch import training_environment
 
-    return [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True,
-                             env=training_environment(env))
+    return [warmstart.popen(cmd, env=training_environment(env), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
             for cmd in cmds]
 
 

@@ -127,7 +127,7 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
                 ranks.append(RankSpec(r, cfg.describe_rank(r), prefix, env))
             job = Job(workdir, config_path, ranks,
                       master_addr=net.hosts[0].ip if net is not None else "127.0.0.1",
-                      timeout_s=cfg.timeout_s, progress_rank=0)
+                      timeout_s=cfg.timeout_s, progress_rank=0, warm=cfg.device == "cpu")
             job.start()
             job.wait(on_line=progress)
             try:

@@ -19,7 +19,6 @@ nothing: the job ends normally and the death is kept in :attr:`Job.teardown` as 
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
@@ -31,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scalelab.errors import RunFailure, UsageError
-
-_PR_SET_PDEATHSIG = 1
+from scalelab.runner import warmstart
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -81,13 +79,6 @@ def training_environment(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
-
-
 def cpu_count() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -112,6 +103,7 @@ class Job:
     master_port: int = 0
     timeout_s: float = 60.0
     progress_rank: int = 0
+    warm: bool = False  # ranks forked from a warm interpreter (scalelab.runner.warmstart)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     teardown: list[str] = field(default_factory=list)  # deaths after a rank's part was done
 
@@ -127,9 +119,9 @@ class Job:
             cmd = [*r.prefix, sys.executable, "-m", "scalelab.runner.entry",
                    str(self.config_path)]
             try:
-                self.procs[r.rank] = subprocess.Popen(
-                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, preexec_fn=_die_with_parent)
+                self.procs[r.rank] = warmstart.popen(
+                    cmd, env=env, warm=self.warm, die_with_parent=True, stdout=log,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
             except OSError as e:
                 self.stop()
                 raise RunFailure(f"cannot start {r.name}: {e}") from None
