@@ -22,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -69,7 +71,9 @@ def main() -> None:
     if args.inner_runs:
         inner_runs(args.inner_runs)
         return
-    cases = {"run": [sys.executable, "-m", "scalelab", "run", *ARGS],
+    scratch = tempfile.mkdtemp(prefix="warm-start-")  # run.json and its rank lines
+    cases = {"run": [sys.executable, "-m", "scalelab", "run", *ARGS, "--out",
+                     os.path.join(scratch, "run.json")],
              "runs3": [sys.executable, __file__, "--inner-runs", "3"]}
     load = [os.getloadavg()[0]]
     print(f"load average at start: {load[0]:.2f}; {args.repeats} pairs, warm and new in turn")
@@ -90,6 +94,7 @@ def main() -> None:
         out["cases"][name] = {"command": cases[name][1:], "warm": rows[True],
                               "new": rows[False], "wall_ratio": ratios_wall,
                               "cpu_ratio": ratios_cpu}
+    shutil.rmtree(scratch, ignore_errors=True)
     load.append(os.getloadavg()[0])
     print(f"load average at end: {load[1]:.2f}")
     from scalelab.results import write_text_atomic
