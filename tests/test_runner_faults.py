@@ -60,7 +60,7 @@ def test_a_dead_or_hung_rank_stops_every_other_rank(action, expected, tmp_path, 
     t0 = time.monotonic()
     with pytest.raises(RunFailure) as e:
         run_training(RunConfig(workload=spec, workers=2, ps=1, steps=6, batch_size=4,
-                               timeout_s=10, device="cpu"))
+                               timeout_s=5, device="cpu"))
     took = time.monotonic() - t0
     assert str(e.value).startswith(expected), str(e.value)
     assert took < 60

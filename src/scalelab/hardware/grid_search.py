@@ -17,7 +17,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from scalelab.hardware.curve import _Curve, _Grid, point_curve
+from scalelab.hardware.curve import _classes, _Curve, _Grid, point_curve
 from scalelab.hardware.reference import RefPoint, reference
 from scalelab.theory.roofline import host_step_s
 
@@ -170,6 +170,23 @@ def _fit_device_at(points, prior, factors, e_u, hosts, tau: float, h0: float) ->
     return out
 
 
+def _fit_device_kept(points: tuple, prior: tuple, factors: tuple, e_u: float,
+                     hosts: tuple, kernels: tuple) -> list[tuple]:
+    """:func:`_fit_device`, kept for the factors of the operation classes ``points`` have:
+    the others change none of their curves (:func:`point_curve` drops them), so the search
+    of the classes' factors, which moves one factor at a time, reuses the fits of every
+    device without that class."""
+    present = set().union(*(_classes(p) for p in points))
+    return _fit_device_cached(points, prior, tuple(f for f in factors if f[0] in present),
+                              e_u, hosts, kernels)
+
+
+@lru_cache(maxsize=4096)
+def _fit_device_cached(points: tuple, prior: tuple, factors: tuple, e_u: float,
+                       hosts: tuple, kernels: tuple) -> list[tuple]:
+    return _fit_device(points, prior, factors, e_u, np.array(hosts), list(kernels))
+
+
 def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict,
                  kernel_s: dict | None = None, near: dict | None = None) -> dict:
     """(e_c, e_m, loss, h, points h sets, tau) per (device, class) of ``groups``, one host
@@ -183,9 +200,10 @@ def _fit_machine(groups: dict, priors: dict, factors: dict, e_u: dict,
         mine = {k: ps for k, ps in groups.items() if k[0] == device}
         args = {k: (factors.get(k[1], ()), e_u.get(device, 1.0)) for k in mine}
         hosts = np.unique(np.concatenate([_host_grid(ps, *args[k]) for k, ps in mine.items()]))
-        fits = {k: _fit_device(ps, priors[k[1]], *args[k], hosts,
-                               [kernel_s[k]] if k in kernel_s else
-                               _kernel_grid(ps, near.get(k)))
+        fits = {k: _fit_device_kept(tuple(ps), tuple(priors[k[1]]), *args[k],
+                                    tuple(hosts.tolist()),
+                                    (kernel_s[k],) if k in kernel_s else
+                                    tuple(_kernel_grid(ps, near.get(k)).tolist()))
                 for k, ps in mine.items()}
         best = min(range(len(hosts)), key=lambda i: sum(f[i][2] for f in fits.values()))
         for k, f in fits.items():
