@@ -3,7 +3,9 @@
 Each rank is ``python -m scalelab.runner.entry CONFIG.json`` with torchrun's environment
 (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) and ``SCALELAB_THREADS``, started
 in its own session with a parent-death signal, optionally behind a command prefix (``ip
-netns exec NS`` on an emulated network) and with extra environment per rank. The launcher
+netns exec NS`` on an emulated network) and with extra environment per rank; with
+``Job.warm`` (the runs on the CPU) forked from a warm interpreter
+(:mod:`scalelab.runner.warmstart`) rather than started as a new one. The launcher
 talks to ranks only through files in the job folder.
 
 When a rank exits with an error, dies, or the job stops making progress, every other rank is

@@ -2,8 +2,8 @@
 imported torch, instead of a new interpreter that imports it again.
 
 Every rank and every step-timing process is a Python of its own. Before it trains, each
-one imports torch (2.9-3.8 s of CPU here) and, at its first optimizer, ``torch._dynamo``
-and sympy (2.4 s more). A job of three ranks on two cores spends more of its start
+one imports torch (2.9-3.8 s here) and, building its optimizer, ``torch._dynamo`` and sympy
+(2.4 s more). A job of three ranks on two cores spends more of its start
 importing than training a short run. A *warm interpreter* imports all of that once, then
 waits; each process asked of it is a ``fork`` of it that sets up what a new interpreter
 would have (session, standard streams, folder, environment, ``sys.argv``, ``sys.path[0]``)
