@@ -178,3 +178,23 @@ def test_a_process_that_dies_with_its_parent_ends_with_the_warm_interpreter(prob
         pytest.fail(f"process {pid} outlived the warm interpreter")
     p.stdout.close()
     p.stdin.close()
+
+
+def test_a_cpu_runs_ranks_are_forked_warm(monkeypatch):
+    from scalelab.runner import RunConfig, run_training
+    from scalelab.workload import WorkloadSpec
+
+    started = []
+
+    def recording(cmd, **kwargs):
+        p = popen(cmd, **kwargs)
+        started.append(type(p))
+        return p
+
+    popen = warmstart.popen
+    monkeypatch.setattr(warmstart, "popen", recording)
+    spec = WorkloadSpec("tests.toy_models:mlp", input_shape=(6,), num_classes=3)
+    result = run_training(RunConfig(workload=spec, workers=2, ps=1, steps=3, warmup_steps=1,
+                                    batch_size=4, device="cpu"))
+    assert result["samples_per_s"] > 0
+    assert started == [warmstart.WarmPopen] * 3

@@ -154,7 +154,8 @@ def _zygote_for(env: dict) -> _Zygote | None:
             z = None
         global _AT_EXIT
         if not _AT_EXIT:  # reaped here at exit, so that their time counts as this process's
-            _AT_EXIT = atexit.register(close_all) is not None
+            atexit.register(close_all)
+            _AT_EXIT = True
         _ZYGOTES[key] = z
         return z
 
