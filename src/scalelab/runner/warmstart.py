@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import errno
 import inspect
-import io
 import json
 import os
 import select
@@ -45,6 +43,9 @@ import threading
 import time
 from collections import OrderedDict
 
+from scalelab.runner import warm_interpreter
+from scalelab.runner.warm_interpreter import HEADER, STATUS
+
 #: Variables a warm interpreter's processes may set to their own values: read when a rank
 #: or a process group starts (torchrun's, Gloo's and NCCL's, the rank's thread count,
 #: Python's output buffering, which the process sets up again itself), never while modules
@@ -54,21 +55,10 @@ LATE = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTE
                   "PYTHONUNBUFFERED", "PYTEST_CURRENT_TEST"})
 LATE_PREFIXES = ("NCCL_",)
 
-#: What a warm interpreter imports before it serves: torch, what its first optimizer
-#: imports (``torch._dynamo`` and sympy) and the modules this package runs as processes.
-PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "scalelab.profiler")
-
-#: The modules this package runs as processes: their imports are made too, but each runs
-#: afresh as ``__main__``, as ``-m`` runs it.
-MAINS = ("scalelab.runner.entry", "scalelab.experiment.timing_child")
-
 #: How many warm interpreters (each a few hundred MB) a process keeps at once.
 KEEP = 2
 
 _START_TIMEOUT_S = 300.0
-_PR_SET_PDEATHSIG = 1
-_HEADER = struct.Struct("!I")
-_STATUS = struct.Struct("!i")
 
 
 def enabled(env: dict | None = None) -> bool:
@@ -82,7 +72,6 @@ def _key(env: dict) -> tuple:
 
 
 _NETNS_EXEC = ["ip", "netns", "exec"]
-_CLONE_NEWNET = 0x40000000
 
 
 def _parse(cmd: list[str]) -> tuple[str | None, list[str]] | None:
@@ -94,11 +83,6 @@ def _parse(cmd: list[str]) -> tuple[str | None, list[str]] | None:
     if len(cmd) >= 3 and cmd[0] == sys.executable and cmd[1] == "-m":
         return netns, list(cmd[2:])
     return None
-
-
-def _die_with_parent() -> None:
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def popen(cmd: list[str], *, env: dict, warm: bool = True, die_with_parent: bool = False,
@@ -117,8 +101,8 @@ def popen(cmd: list[str], *, env: dict, warm: bool = True, die_with_parent: bool
             with contextlib.suppress(OSError):  # it ended or never started
                 return WarmPopen(zygote, cmd, env=env, die_with_parent=die_with_parent,
                                  **kwargs)
-    return subprocess.Popen(cmd, env=env, preexec_fn=_die_with_parent if die_with_parent
-                            else None, **kwargs)
+    preexec = warm_interpreter.die_with_parent if die_with_parent else None
+    return subprocess.Popen(cmd, env=env, preexec_fn=preexec, **kwargs)
 
 
 # -- this process's warm interpreters ----------------------------------------------------
@@ -179,7 +163,7 @@ class _Zygote:
                     if k not in LATE and not k.startswith(LATE_PREFIXES)}
             # started from "/", so that nothing it imports comes from this folder
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", __name__, str(theirs.fileno())],
+                [sys.executable, "-m", warm_interpreter.__name__, str(theirs.fileno())],
                 env=base, cwd="/", pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
@@ -212,7 +196,7 @@ class _Zygote:
             raise OSError(errno.ECHILD, "the warm interpreter did not start")
         body = json.dumps(request).encode()
         with self._lock:
-            socket.send_fds(self.sock, [_HEADER.pack(len(body)) + body], fds)
+            socket.send_fds(self.sock, [HEADER.pack(len(body)) + body], fds)
             reply = _recv_exact(self.sock, 8)
         if len(reply) < 8:
             raise OSError(errno.ECHILD, "the warm interpreter ended")
@@ -300,11 +284,11 @@ class WarmPopen(subprocess.Popen):
         if self._status_fd is None:
             return False
         try:
-            data = os.read(self._status_fd, _STATUS.size)
+            data = os.read(self._status_fd, STATUS.size)
         except BlockingIOError:
             return False
-        if len(data) == _STATUS.size:
-            status = _STATUS.unpack(data)[0]
+        if len(data) == STATUS.size:
+            status = STATUS.unpack(data)[0]
             self.returncode = os.waitstatus_to_exitcode(status)
         else:  # the warm interpreter ended without word: the process ended with it
             self.returncode = -signal.SIGKILL
@@ -332,169 +316,3 @@ class WarmPopen(subprocess.Popen):
             with contextlib.suppress(OSError):
                 os.close(self._status_fd)
             self._status_fd = None
-
-
-# -- the warm interpreter itself ---------------------------------------------------------
-
-def _serve(sock: socket.socket) -> dict | None:
-    """Serve requests until the socket closes (None); in a forked child, its request."""
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_w, False)
-    os.set_blocking(wake_r, False)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-    status_of: dict[int, int] = {}  # pid -> fd its exit status goes to
-    buf = b""
-    while True:
-        try:
-            ready, _, _ = select.select([sock, wake_r], [], [])
-        except InterruptedError:
-            continue
-        if wake_r in ready:
-            with contextlib.suppress(BlockingIOError):
-                os.read(wake_r, 4096)
-            _reap(status_of)
-        if sock not in ready:
-            continue
-        data, fds, _, _ = socket.recv_fds(sock, 1 << 16, 4)
-        if not data:
-            return None
-        buf += data
-        while len(buf) < _HEADER.size or len(buf) < _HEADER.size + _HEADER.unpack(
-                buf[:_HEADER.size])[0]:
-            more = sock.recv(1 << 16)
-            if not more:
-                return None
-            buf += more
-        n = _HEADER.unpack(buf[:_HEADER.size])[0]
-        request = json.loads(buf[_HEADER.size:_HEADER.size + n])
-        buf = buf[_HEADER.size + n:]
-        try:
-            pid = os.fork()
-        except OSError as e:
-            for fd in fds:
-                os.close(fd)
-            sock.sendall(struct.pack("!ii", -1, e.errno or errno.EAGAIN))
-            continue
-        if pid == 0:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            for fd in (wake_r, wake_w, *status_of.values(), fds[3]):
-                os.close(fd)
-            sock.close()
-            request["fds"] = fds[:3]
-            return request
-        for fd in fds[:3]:
-            os.close(fd)
-        status_of[pid] = fds[3]
-        sock.sendall(struct.pack("!ii", pid, 0))
-        _reap(status_of)
-
-
-def _reap(status_of: dict[int, int]) -> None:
-    while status_of:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        fd = status_of.pop(pid, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.write(fd, _STATUS.pack(status))
-            os.close(fd)
-
-
-def _become(request: dict) -> None:
-    """In the forked child: become ``python -m MODULE ARGS`` as the request asks."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if request["new_session"]:
-        os.setsid()
-    if request["die_with_parent"]:
-        _die_with_parent()
-    for target, fd in enumerate(request["fds"]):
-        if fd != target:
-            os.dup2(fd, target)
-    for fd in set(request["fds"]):
-        if fd > 2:
-            os.close(fd)
-    if request["netns"] is not None:
-        _enter_netns(request["netns"])
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    _standard_streams(bool(request["env"].get("PYTHONUNBUFFERED")))
-    module, *args = request["argv"]
-    sys.argv = [module, *args]  # runpy puts the module's file first
-    sys.path[0] = os.getcwd()
-
-
-def _enter_netns(name: str) -> None:
-    """Enter network namespace ``name`` as ``ip netns exec`` does, or end as it ends."""
-    try:
-        fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as e:
-        _leave_early(f'Cannot open network namespace "{name}": {e.strerror}')
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
-        _leave_early(f'setting the network namespace "{name}" failed: '
-                     f"{os.strerror(ctypes.get_errno())}")
-    os.close(fd)
-
-
-def _leave_early(message: str) -> None:
-    os.write(2, (message + "\n").encode())
-    os._exit(255)
-
-
-def _standard_streams(unbuffered: bool) -> None:
-    """New sys.stdin/stdout/stderr on descriptors 0-2, buffered as Python buffers them."""
-    enc, errors = sys.stdout.encoding, sys.stdout.errors
-
-    def out(fd: int, is_err: bool) -> io.TextIOWrapper:
-        tty = os.isatty(fd)
-        raw = io.FileIO(fd, "w", closefd=False)
-        binary = raw if unbuffered else io.BufferedWriter(raw)
-        return io.TextIOWrapper(binary, encoding=enc,
-                                errors="backslashreplace" if is_err else errors,
-                                line_buffering=(tty or is_err) and not unbuffered,
-                                write_through=unbuffered)
-
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
-        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding=enc, errors=errors)
-    sys.stdout = sys.__stdout__ = out(1, False)
-    sys.stderr = sys.__stderr__ = out(2, True)
-
-
-def _main() -> None:
-    import importlib
-    import runpy
-
-    sock = socket.socket(fileno=int(sys.argv[1]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C is its parent's to take
-    for name in (*PRELOAD, *MAINS):
-        with contextlib.suppress(Exception):
-            importlib.import_module(name)
-    for name in MAINS:
-        if name in sys.modules:
-            parent, _, leaf = name.rpartition(".")
-            del sys.modules[name]
-            with contextlib.suppress(AttributeError):
-                delattr(sys.modules[parent], leaf)
-    import torch
-
-    if torch.cuda.is_initialized():  # never: a fork would inherit a device context
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sock.sendall(b"R")
-    request = _serve(sock)
-    if request is None:  # nothing to flush or finalize: 1-2 s saved at its parent's exit
-        os._exit(0)
-    _become(request)
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
-
-
-if __name__ == "__main__":
-    _main()
