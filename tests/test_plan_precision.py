@@ -100,3 +100,37 @@ def test_profile_flops_are_the_operation_count():
     ops = step_ops("mobilenet_v2", 4)
     assert flops == pytest.approx((ops.flops - ops.phase_flops("optimizer")) / 4, rel=1e-9)
     assert 1.7e9 < flops < 1.9e9
+
+
+@pytest.mark.parametrize("device, of, badge", [
+    ("H200", "precision", "measured in another precision"),
+    ("H100-SXM", "device", "measured on another device"),
+])
+def test_an_estimate_says_what_it_carried_the_measurement_across(tmp_path, capsys, device,
+                                                                 of, badge):
+    from scalelab.cli import main
+    from scalelab.report import write_report
+    from scalelab.results import read_json
+
+    w = tmp_path / "w.toml"
+    w.write_text('model = "resnet18"\nbatch_size = 32\nstep_s = 0.08\ndevice = "H200"\n')
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(w), "--nodes", "1", "--gpus-per-node", "1",
+                 "--device", device, "--precision", "bf16", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    data = read_json(out, "plan")
+    assert data["estimate"] and data["estimate_of"] == of
+    warned = [w for w in data["warnings"] if w.startswith("estimate:")]
+    if of == "precision":  # the same device: no word of another one
+        assert warned == ["estimate: compute time carried from the fp32 measurement to bf16 "
+                          "on H200; profile in bf16 to measure it"]
+    else:
+        assert warned == ["estimate: compute time scaled to another device; profile on the "
+                          "target device to measure it"]
+    assert warned[0] in " ".join(err.split())
+    html = write_report([out], tmp_path / "report.html").read_text()
+    assert f'<span class="badge">estimate: {badge}</span>' in html
+    # a measured plan carries no estimate
+    assert main(["plan", "--workload", str(w), "--nodes", "1", "--gpus-per-node", "1",
+                 "--device", "H200", "--out", str(out)]) == 0
+    assert read_json(out, "plan")["estimate_of"] is None

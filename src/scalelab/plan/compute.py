@@ -101,6 +101,9 @@ class TargetCompute:
     precision: str | None = None  # the precision the estimate assumed
     floor_s: float = 0.0  # the target's step floor (kernels x launch latency)
     host_s: float = 0.0  # the target host's time to issue the step's operations (0: none)
+    # what an estimate carried the measurement across: "device" (to another device) or
+    # "precision" (to another precision on the device it was measured on)
+    carried: str = "device"
 
     @property
     def host_bound(self) -> bool:
@@ -242,7 +245,7 @@ def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluste
         how = (f"compute carried from {measured_p} (measured) to {precision} ({why}) on "
                f"{target.name} by the ratio of its rooflines: {est.how}")
         return TargetCompute(est.step_s, True, (how, host_note), _host_warning(target, est),
-                             est.band, precision, est.floor_s, est.host_s)
+                             est.band, precision, est.floor_s, est.host_s, carried="precision")
     peak_s, peak_t = _conv_peak(target, measured_p), _conv_peak(target, precision)
     t = step_s * peak_s / peak_t
     how = (f"compute carried from {measured_p} (measured) to {precision} ({why}) on "
@@ -251,7 +254,7 @@ def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluste
     warning = (f"assumption: the workload names no model whose operations can be counted, so "
                f"the {measured_p} step on {target.name} is carried to {precision} by the "
                "ratio of peak FLOP/s, as if every operation were bound by its arithmetic")
-    return TargetCompute(t, True, (how,), (warning,), 0.0, precision, 0.0)
+    return TargetCompute(t, True, (how,), (warning,), 0.0, precision, 0.0, carried="precision")
 
 
 def _conv_peak(device: hardware.Device, precision: str) -> float | None:

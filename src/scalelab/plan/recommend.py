@@ -28,10 +28,11 @@ from typing import Any
 import scalelab.plan.advice as advice
 import scalelab.plan.choice as choosing
 import scalelab.plan.layout_choice as layout_choice
+from scalelab import hardware
 from scalelab.algorithm_names import run_name
 from scalelab.errors import UsageError
 from scalelab.plan.cluster import Cluster
-from scalelab.plan.compute import memory_check, target_compute
+from scalelab.plan.compute import TargetCompute, memory_check, source_precision, target_compute
 from scalelab.plan.inputs import PlanInput, load_input
 from scalelab.plan.options import LARGE_BATCH, PlanOptions
 from scalelab.plan.reasons import Notes, Reason
@@ -115,13 +116,17 @@ class Plan:
     warnings: tuple[Reason, ...]
     """What the reader must know before trusting the figures."""
     estimate: bool
-    """True when compute time was estimated for another device."""
+    """True when compute time was estimated, not measured: for another device, or for
+    another precision on the device it was measured on (``estimate_of``)."""
     params: ModelParams
     """The step model's parameters (neutral, or calibrated)."""
     ps_sizing: advice.PsSizing | None = None
     """Servers for the ps architecture: at the recommendation, or at full size as a what-if."""
     band: ErrorBand | None = None
     """measured/predicted range every predicted step carries (None: no evidence for one)."""
+    estimate_of: str | None = None
+    """What an estimate carried the measurement across: "device" or "precision" (None:
+    measured)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +134,7 @@ class Plan:
             "ps_sizing": self.ps_sizing.to_dict() if self.ps_sizing else None,
             "inputs": self.inputs,
             "estimate": self.estimate,
+            "estimate_of": self.estimate_of,
             "model_params": self.params.to_dict(),
             "sweep": [r.to_dict() for r in self.sweep],
             "recommendation": self.recommendation.to_dict(),
@@ -278,7 +284,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     need_gbps, intra_gbps = advice.bandwidth_reasons(st, choice.architecture, max_gpus, notes)
     advice.loader_reasons(st, max_gpus, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
-    _warnings(st, choice.row.gpus, tc.estimate, notes)
+    _warnings(st, choice.row.gpus, tc, notes)
     if decided is not None and decided.fits and decided.layout != "ddp":  # it fits sharded
         notes.warnings[:] = [w for w in notes.warnings if w.topic != "memory"]
     row = choice.row
@@ -308,10 +314,10 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         layouts=tuple(o.to_dict() for o in decided.options) if decided else (),
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
-                tc.estimate, st.params, ps, band)
+                tc.estimate, st.params, ps, band, tc.carried if tc.estimate else None)
 
 
-def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
+def _warnings(st: _Setting, gpus: int, tc: TargetCompute, notes: Notes) -> None:
     memory_note = memory_check(st.inp, st.batch, st.cluster)
     if memory_note:
         notes.warn("memory", memory_note)
@@ -321,7 +327,12 @@ def _warnings(st: _Setting, gpus: int, estimate: bool, notes: Notes) -> None:
                    f"global batch {global_batch:,} > {LARGE_BATCH:,}: convergence needs "
                    "learning-rate scaling and warm-up (Goyal et al., 2017); scalelab predicts "
                    "speed, not accuracy")
-    if estimate:
+    if tc.estimate and tc.carried == "precision":
+        on = hardware.device(st.cluster.device).name
+        notes.warn("estimate", f"estimate: compute time carried from the "
+                   f"{source_precision(st.inp)} measurement to {tc.precision} on {on}; "
+                   f"profile in {tc.precision} to measure it")
+    elif tc.estimate:
         notes.warn("estimate", "estimate: compute time scaled to another device; profile on "
                    "the target device to measure it")
     if st.options.params is not None:

@@ -118,6 +118,7 @@ def recommendations(plans: list[dict], profiles: list[dict]) -> list[dict]:
             "reasons": [_reason_text(r) for r in rec.get("reasons", [])],
             "warnings": [_reason_text(w) for w in p.get("warnings", [])],
             "estimate": bool(p.get("estimate")),
+            "estimate_of": p.get("estimate_of") or "device",
         })
     if recs:
         return recs

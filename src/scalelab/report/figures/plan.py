@@ -86,7 +86,7 @@ def _measured_speedups(runs: list[dict], validations: list[dict]) -> list[tuple[
 
 def predicted_row(plans: list[dict], arch, gpus) -> dict[str, float] | None:
     """The plan's prediction for ``arch`` on ``gpus`` devices; plans whose compute time was
-    scaled to another device (estimates) are no prediction of a run here."""
+    estimated (for another device or precision) are no prediction of a run here."""
     for p in plans:
         if p.get("estimate"):
             continue
