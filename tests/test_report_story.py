@@ -111,3 +111,17 @@ def test_the_headline_a_browser_shows_is_plan_json(capsys, tmp_path):
     dom, _ = render_in_chromium(out, tmp_path)
     assert _headline(dom) == story.headline(data, alternatives=False)
     assert set(_tiles(dom)) == {"batch size / device", "computation", "step"}
+
+
+def test_a_one_device_cluster_names_no_architecture_on_either_page(capsys, tmp_path):
+    line, data, path = _plan(capsys, tmp_path, 0.2,
+                             cluster=["--nodes", "1", "--gpus-per-node", "1",
+                                      "--device", "H200"])
+    rec = data["recommendation"]
+    assert rec["gpus"] == 1
+    html = write_report([path], tmp_path / "report.html").read_text()
+    assert line.startswith("recommend 1 GPU at batch 32: ")
+    assert _headline(html) == story.headline(data, alternatives=False)
+    assert _headline(html).startswith("recommend 1 GPU at batch 32: ")
+    assert not any(f"recommend {a} " in line for a in ("ps", "allreduce", "hierarchical"))
+    assert _tiles(html)["architecture"] == "- (one device)"

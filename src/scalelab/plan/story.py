@@ -121,8 +121,10 @@ def headline(p: dict, alternatives: bool = True) -> str:
              and r["efficiency"] < target - 1e-12 else "")
     lay = r.get("layout") or "ddp"  # a sharded layout of the model state (ZeRO / FSDP)
     sharded = "" if lay == "ddp" else f" with {lay.replace('zero', 'ZeRO-')}"
-    return (f"{unfit_text(r)}recommend {r['architecture']}{sharded} on "
-            f"{plural(r['gpus'], 'GPU')} at batch {r['batch_size']}{servers_text(r)}: "
+    # one device exchanges nothing: no architecture to name (the report's tile says so too)
+    what = (f"1 GPU{sharded}" if r["gpus"] == 1
+            else f"{r['architecture']}{sharded} on {plural(r['gpus'], 'GPU')}")
+    return (f"{unfit_text(r)}recommend {what} at batch {r['batch_size']}{servers_text(r)}: "
             f"{_rate(r)} samples/s, efficiency "
             f"{_floor2(r['efficiency'])}{below}{alts}; {need}")
 
