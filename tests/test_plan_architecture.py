@@ -100,3 +100,43 @@ def test_a_difference_inside_the_band_is_not_called_faster():
     rows["allreduce"] = [row("allreduce", 1000.0 * (FASTER_BY + 0.01))] * 8
     assert choose(rows, ("hierarchical", "allreduce"), 0.8, "hierarchical").faster == \
         "allreduce"
+
+
+def test_without_a_name_the_simplest_within_the_band_of_the_fastest_is_recommended():
+    from scalelab.plan.choice import FASTER_BY, choose
+    from scalelab.plan.sweep import SweepRow
+
+    def rows(arch, sps):
+        return [SweepRow(g, 1, arch, 0, 0.1, 0.0, 0.0, 0.1, sps * g / 8, g, 1.0, 0.0,
+                         "compute", "x", "y") for g in range(1, 9)]
+
+    archs = ("ps", "allreduce", "hierarchical")
+    near = {"hierarchical": rows("hierarchical", 1000.0),
+            "allreduce": rows("allreduce", 1000.0 / (FASTER_BY - 0.005)),
+            "ps": rows("ps", 1000.0)}
+    assert choose(near, archs, 0.8, None).architecture == "allreduce"  # inside 2%: simplest
+    far = {**near, "allreduce": rows("allreduce", 1000.0 / (FASTER_BY + 0.005))}
+    assert choose(far, archs, 0.8, None).architecture == "ps"  # ps ties hierarchical
+    del far["ps"]
+    assert choose(far, ("allreduce", "hierarchical"), 0.8, None).architecture == \
+        "hierarchical"  # more than 2% faster: the fastest
+
+
+def test_a_tie_recommends_what_scalelab_run_launches_as_it_is(capsys, tmp_path):
+    # a step long against its exchange on NVLink and InfiniBand: the architectures tie
+    w = tmp_path / "w.toml"
+    w.write_text('param_bytes = 10_000_000\nbatch_size = 64\nstep_s = 0.2\n'
+                 'device = "H100-SXM"\n')
+    out = tmp_path / "plan.json"
+    assert main(["plan", "--workload", str(w), "--nodes", "2", "--gpus-per-node", "8",
+                 "--device", "H100-SXM", "--network", "IB-HDR", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    rec = read_json(out, "plan")["recommendation"]
+    rates = {a["architecture"]: a["samples_per_s"] for a in rec["alternatives"]
+             if a["label"].endswith(")")}
+    assert max(rates.values()) > rec["samples_per_s"]  # another is faster by a hair
+    assert max(rates.values()) <= rec["samples_per_s"] * 1.02
+    assert rec["architecture"] == "allreduce" and rec["gpus"] == 16
+    assert "--architecture allreduce" in rec["launch"] and "no hierarchical" not in text
+    assert any(r.startswith("architecture allreduce: the simplest within 2% of the fastest")
+               for r in rec["reasons"])

@@ -75,7 +75,8 @@ def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: 
         best[a] = ok[-1] if ok else all_rows[a][0]
     fastest = max(archs, key=lambda a: (best[a].samples_per_s, a == named))
     if named not in archs:
-        return Choice(fastest, best[fastest], best)
+        pick = simplest_near(best, archs, fastest)
+        return Choice(pick, best[pick], best)
     row, below = best[named], False
     if row.gpus == 1 and len(all_rows[named]) > 1:
         row, below = all_rows[named][-1], True
@@ -84,6 +85,24 @@ def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: 
     faster = top if top and rival[top].samples_per_s > row.samples_per_s * FASTER_BY else None
     return Choice(named, row, {**best, **rival, named: row}, named=True, faster=faster,
                   below_target=below)
+
+
+SIMPLEST_FIRST = ("allreduce", "ps", "hierarchical")
+"""Among architectures within :data:`FASTER_BY` of the fastest, the one recommended: flat
+all-reduce needs no servers and ``scalelab run`` launches it as it is (DDP); the parameter
+server needs servers; ``run`` has no hierarchical mode (it runs the flat all-reduce)."""
+
+
+def simplest_near(best: dict[str, SweepRow], archs: tuple[str, ...], fastest: str) -> str:
+    """The simplest architecture (:data:`SIMPLEST_FIRST`) whose throughput at the target is
+    within :data:`FASTER_BY` of ``fastest``'s: closer than that, none is faster within the
+    model's bands."""
+    top = best[fastest].samples_per_s
+    if best[fastest].gpus == 1:
+        return fastest  # one device exchanges nothing: no architecture is simpler there
+    near = [a for a in archs if best[a].gpus > 1 and best[a].samples_per_s * FASTER_BY >= top]
+    return min(near, key=lambda a: (SIMPLEST_FIRST.index(a) if a in SIMPLEST_FIRST
+                                    else len(SIMPLEST_FIRST), a != fastest))
 
 
 def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gpus: int,
@@ -123,7 +142,12 @@ def architecture_reason(choice: Choice, archs: list[str], notes: Notes) -> None:
     others = ", ".join(f"{a} {choice.best[a].samples_per_s:,.0f} samples/s on "
                        f"{plural(choice.best[a].gpus, 'GPU')}" for a in archs if a != chosen)
     if not choice.named:
-        if row.gpus > 1:
+        fastest = max(archs, key=lambda a: choice.best[a].samples_per_s)
+        if row.gpus > 1 and choice.best[fastest].samples_per_s > row.samples_per_s:
+            notes.why("architecture", f"architecture {chosen}: the simplest within "
+                      f"{FASTER_BY - 1:.0%} of the fastest that keeps the target, inside the "
+                      f"model's bands (vs {others})")
+        elif row.gpus > 1:
             notes.why("architecture", f"architecture {chosen}: the fastest that keeps the "
                       f"target (vs {others})")
         return
