@@ -110,16 +110,20 @@ def test_without_a_name_the_simplest_within_the_band_of_the_fastest_is_recommend
         return [SweepRow(g, 1, arch, 0, 0.1, 0.0, 0.0, 0.1, sps * g / 8, g, 1.0, 0.0,
                          "compute", "x", "y") for g in range(1, 9)]
 
-    archs = ("ps", "allreduce", "hierarchical")
-    near = {"hierarchical": rows("hierarchical", 1000.0),
-            "allreduce": rows("allreduce", 1000.0 / (FASTER_BY - 0.005)),
-            "ps": rows("ps", 1000.0)}
-    assert choose(near, archs, 0.8, None).architecture == "allreduce"  # inside 2%: simplest
-    far = {**near, "allreduce": rows("allreduce", 1000.0 / (FASTER_BY + 0.005))}
-    assert choose(far, archs, 0.8, None).architecture == "ps"  # ps ties hierarchical
-    del far["ps"]
-    assert choose(far, ("allreduce", "hierarchical"), 0.8, None).architecture == \
-        "hierarchical"  # more than 2% faster: the fastest
+    def pick(rates):
+        c = choose({a: rows(a, r) for a, r in rates.items()}, tuple(rates), 0.8, None)
+        return c.architecture, c.simpler_than
+
+    inside, outside = 1000.0 / (FASTER_BY - 0.005), 1000.0 / (FASTER_BY + 0.005)
+    # inside 2% of the fastest: the simplest, which says what it was preferred to
+    assert pick({"ps": 990.0, "allreduce": inside, "hierarchical": 1000.0}) == \
+        ("allreduce", "hierarchical")
+    assert pick({"ps": 990.0, "allreduce": outside, "hierarchical": 1000.0}) == \
+        ("ps", "hierarchical")
+    # the fastest itself, when it is the simplest or nothing simpler is near it
+    assert pick({"ps": 990.0, "allreduce": 1010.0, "hierarchical": 1000.0}) == \
+        ("allreduce", None)
+    assert pick({"allreduce": outside, "hierarchical": 1000.0}) == ("hierarchical", None)
 
 
 def test_a_tie_recommends_what_scalelab_run_launches_as_it_is(capsys, tmp_path):
@@ -138,5 +142,5 @@ def test_a_tie_recommends_what_scalelab_run_launches_as_it_is(capsys, tmp_path):
     assert max(rates.values()) <= rec["samples_per_s"] * 1.02
     assert rec["architecture"] == "allreduce" and rec["gpus"] == 16
     assert "--architecture allreduce" in rec["launch"] and "no hierarchical" not in text
-    assert any(r.startswith("architecture allreduce: the simplest within 2% of the fastest")
-               for r in rec["reasons"])
+    assert any(r.startswith("architecture allreduce: the simplest within 2% of the fastest "
+                            "that keeps the target (hierarchical)") for r in rec["reasons"])

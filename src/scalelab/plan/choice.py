@@ -32,6 +32,9 @@ class Choice:
     below_target: bool = False
     """The named architecture keeps the target on no more than one device: it is
     recommended on all of them, below the target."""
+    simpler_than: str | None = None
+    """None named: the architecture, faster by less than :data:`FASTER_BY`, that this
+    simpler one was recommended over (None: it is the fastest)."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def choose(all_rows: dict[str, list[SweepRow]], archs: tuple[str, ...], target: 
     fastest = max(archs, key=lambda a: (best[a].samples_per_s, a == named))
     if named not in archs:
         pick = simplest_near(best, archs, fastest)
-        return Choice(pick, best[pick], best)
+        return Choice(pick, best[pick], best, simpler_than=fastest if pick != fastest else None)
     row, below = best[named], False
     if row.gpus == 1 and len(all_rows[named]) > 1:
         row, below = all_rows[named][-1], True
@@ -101,8 +104,7 @@ def simplest_near(best: dict[str, SweepRow], archs: tuple[str, ...], fastest: st
     if best[fastest].gpus == 1:
         return fastest  # one device exchanges nothing: no architecture is simpler there
     near = [a for a in archs if best[a].gpus > 1 and best[a].samples_per_s * FASTER_BY >= top]
-    return min(near, key=lambda a: (SIMPLEST_FIRST.index(a) if a in SIMPLEST_FIRST
-                                    else len(SIMPLEST_FIRST), a != fastest))
+    return min(near, key=SIMPLEST_FIRST.index)
 
 
 def alternatives(choice: Choice, all_rows: dict[str, list[SweepRow]], cluster_gpus: int,
@@ -142,11 +144,10 @@ def architecture_reason(choice: Choice, archs: list[str], notes: Notes) -> None:
     others = ", ".join(f"{a} {choice.best[a].samples_per_s:,.0f} samples/s on "
                        f"{plural(choice.best[a].gpus, 'GPU')}" for a in archs if a != chosen)
     if not choice.named:
-        fastest = max(archs, key=lambda a: choice.best[a].samples_per_s)
-        if row.gpus > 1 and choice.best[fastest].samples_per_s > row.samples_per_s:
+        if row.gpus > 1 and choice.simpler_than:
             notes.why("architecture", f"architecture {chosen}: the simplest within "
-                      f"{FASTER_BY - 1:.0%} of the fastest that keeps the target, inside the "
-                      f"model's bands (vs {others})")
+                      f"{FASTER_BY - 1:.0%} of the fastest that keeps the target "
+                      f"({choice.simpler_than}), inside the model's bands (vs {others})")
         elif row.gpus > 1:
             notes.why("architecture", f"architecture {chosen}: the fastest that keeps the "
                       f"target (vs {others})")

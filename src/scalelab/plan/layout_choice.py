@@ -364,7 +364,8 @@ def apply(choice, all_rows: dict, decision: LayoutDecision | None):
     same = arch == choice.architecture  # the cluster's name holds only for its architecture
     return Choice(arch, row, {**choice.best, arch: row}, named=choice.named and same,
                   faster=choice.faster if choice.faster != arch else None,
-                  below_target=choice.below_target and same)
+                  below_target=choice.below_target and same,
+                  simpler_than=choice.simpler_than if same else None)
 
 
 def replan_inputs(inp, cluster, options, decision: LayoutDecision):

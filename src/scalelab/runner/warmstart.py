@@ -66,9 +66,13 @@ def enabled(env: dict | None = None) -> bool:
     return (os.environ if env is None else env).get("SCALELAB_WARM_START", "1") != "0"
 
 
+def _shared(env: dict) -> dict:
+    """``env`` less :data:`LATE`: what a warm interpreter and its processes have in common."""
+    return {k: v for k, v in env.items() if k not in LATE and not k.startswith(LATE_PREFIXES)}
+
+
 def _key(env: dict) -> tuple:
-    return tuple(sorted((k, v) for k, v in env.items()
-                        if k not in LATE and not k.startswith(LATE_PREFIXES)))
+    return tuple(sorted(_shared(env).items()))
 
 
 _NETNS_EXEC = ["ip", "netns", "exec"]
@@ -159,12 +163,10 @@ class _Zygote:
     def __init__(self, env: dict):
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            base = {k: v for k, v in env.items()
-                    if k not in LATE and not k.startswith(LATE_PREFIXES)}
             # started from "/", so that nothing it imports comes from this folder
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", warm_interpreter.__name__, str(theirs.fileno())],
-                env=base, cwd="/", pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                env=_shared(env), cwd="/", pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         finally:
             theirs.close()
