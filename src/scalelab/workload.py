@@ -1,9 +1,21 @@
 """The workload: a model spec -> its module (built for real or on meta tensors), its input.
 
 A :class:`WorkloadSpec` names everything that defines one training step: the model (a
-torchvision classification model name, or ``package.module:factory`` for the user's own),
-the per-sample input shape, the number of classes, the loss and the optimizer. Everything
-else in scalelab (profiler, runner, planner) takes a spec and never re-derives these.
+torchvision classification model name, a built-in language model: a preset of
+:mod:`scalelab.models.presets` or ``hf:PATH`` to a Hugging Face ``config.json``, or
+``package.module:factory`` for the user's own), the per-sample input shape, the number of
+classes, the loss and the optimizer. Everything else in scalelab (profiler, runner,
+planner) takes a spec and never re-derives these.
+
+A language model takes token ids (``input="tokens"``): one sample is a sequence of
+``seq_len`` ids, ``input_shape`` is ``(seq_len,)``, ``num_classes`` is the vocabulary, a
+synthetic batch is ids drawn uniformly from the vocabulary and its target is the same ids,
+and the loss is next-token cross-entropy (:func:`scalelab.models.model.next_token_loss`:
+the logits at positions 0..S-2 against the ids at 1..S-1). A built-in model carries its
+:class:`~scalelab.models.config.TransformerConfig` in the spec (``transformer``), so a rank
+never reads ``hf:PATH`` again; ``layers`` makes a reduced copy (the same widths, fewer
+blocks). A user's factory takes tokens when told (``input="tokens"``) or when its first
+layer is an ``nn.Embedding`` (:func:`detect_tokens`); its vocabulary is that embedding's.
 
 :func:`scalelab.opcount.describe` derives what planning needs from the model alone (the
 parameter count, ``param_bytes``, each parameter tensor's bytes and the FLOPs per sample)
@@ -23,12 +35,17 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from scalelab import token_models
 from scalelab._lazy import LazyModule
 from scalelab.errors import UsageError
+from scalelab.models.config import TransformerConfig
 
 # imported on first use: the spec and the model's description are read without torch
 torch = LazyModule("torch")
 nn = LazyModule("torch.nn")
+
+#: An image model's default input shape
+IMAGE_SHAPE = (3, 224, 224)
 
 # Models whose auxiliary classifiers are switched off: the step trains the main head only,
 # so every parameter gets a gradient (DDP and the parameter server need that).
@@ -67,7 +84,7 @@ def meta_model(spec: WorkloadSpec) -> nn.Module:
     """
     if not spec.named:
         return _build_on_meta(spec)
-    key = (spec.model, spec.num_classes)
+    key = (spec.model, spec.num_classes, spec.transformer)
     if key not in _META_MODELS:
         _META_MODELS[key] = _build_on_meta(spec)
     return copy_module(_META_MODELS[key])
@@ -236,29 +253,98 @@ class WorkloadSpec:
     """What defines one training step. Validated on creation."""
 
     model: str
-    input_shape: tuple[int, ...] = (3, 224, 224)
+    input_shape: tuple[int, ...] = ()   # (): 3,224,224 for an image model, (seq_len,) for tokens
     num_classes: int = 1000
     optimizer: str = "sgd"
     lr: float = 0.01
     momentum: float = 0.9
     loss: str = "cross_entropy"
+    input: str = ""          # image | tokens; "": tokens for a preset or hf:PATH, else image
+    seq_len: int = 0         # tokens per sequence; 0: min(1024, the model's positions)
+    layers: int = 0          # a built-in language model's reduced copy: this many blocks
+    transformer: TransformerConfig | None = None   # a built-in language model's shape
+    token_dtype: str = "auto"   # ids in a token file: uint16, uint32, auto (by vocabulary)
 
     def __post_init__(self):
-        object.__setattr__(self, "input_shape", parse_input_shape(self.input_shape))
         if self.num_classes <= 0:
             raise UsageError(f"--num-classes must be > 0, got {self.num_classes}")
-        if self.optimizer not in ("sgd", "adam"):
-            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd or adam)")
+        if self.optimizer not in ("sgd", "adam", "adamw"):
+            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd, adam or adamw)")
         if self.loss != "cross_entropy":
             raise UsageError(f"unknown loss {self.loss!r} (cross_entropy)")
         if not 0 < self.lr < math.inf:
             raise UsageError(f"--lr must be > 0 and finite, got {self.lr}")
+        if self.token_dtype not in token_models.TOKEN_DTYPES:
+            raise UsageError(f"unknown --token-dtype {self.token_dtype!r} "
+                             f"({', '.join(token_models.TOKEN_DTYPES)})")
+        if self.input not in ("", *token_models.INPUTS):
+            raise UsageError(f"unknown --input {self.input!r} (image or tokens)")
+        for key in ("seq_len", "layers"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise UsageError(f"--{key.replace('_', '-')} must be a positive integer, "
+                                 f"got {v!r}")
+        lm = self.transformer
+        if isinstance(lm, dict):
+            lm = TransformerConfig.from_dict(lm)
+        if lm is None:
+            lm = token_models.built_in_lm(self.model)
+        kind = self.input or ("tokens" if lm is not None else "image")
+        if lm is not None and kind == "image":
+            raise UsageError(f"model {self.model!r} is a language model: it takes token ids "
+                             "(--input tokens, --seq-len S), not images")
+        if self.layers:
+            if lm is None or not self.built_in:
+                raise UsageError("--layers makes a reduced copy of a built-in language model "
+                                 f"(a preset or hf:PATH), not of {self.model!r}")
+            if lm.layers != self.layers:
+                lm = lm.with_layers(self.layers)
+        object.__setattr__(self, "transformer", lm)
+        object.__setattr__(self, "input", kind)
+        if kind == "tokens":
+            self._resolve_tokens(lm)
+        else:
+            if self.seq_len:
+                raise UsageError(f"--seq-len is for a model that takes token ids; "
+                                 f"{self.model!r} takes images (--input-shape)")
+            object.__setattr__(self, "input_shape",
+                               parse_input_shape(IMAGE_SHAPE if isinstance(
+                                   self.input_shape, (tuple, list)) and not self.input_shape
+                                   else self.input_shape))
+
+    def _resolve_tokens(self, lm: TransformerConfig | None) -> None:
+        """input_shape (seq_len,) and num_classes the vocabulary, checked."""
+        seq = token_models.seq_len_of(self.model, tuple(self.input_shape), self.seq_len, lm)
+        object.__setattr__(self, "seq_len", seq)
+        object.__setattr__(self, "input_shape", (seq,))
+        if lm is not None:
+            object.__setattr__(self, "num_classes", lm.vocab)
 
     @property
     def named(self) -> bool:
-        """A torchvision model by name, not the user's ``package.module:factory`` (whose
-        code can change under the same name)."""
+        """A model by name (torchvision, or a preset), not the user's ``package.module:factory``
+        or ``hf:PATH`` (whose contents can change under the same name)."""
         return ":" not in self.model
+
+    @property
+    def built_in(self) -> bool:
+        """A language model scalelab builds itself (a preset or ``hf:PATH``)."""
+        return token_models.is_built_in(self.model)
+
+    @property
+    def tokens(self) -> bool:
+        """The model takes token ids (a language model)."""
+        return self.input == "tokens"
+
+    @property
+    def vocab(self) -> int:
+        """A language model's vocabulary (its classes)."""
+        return self.num_classes
+
+    @property
+    def tokens_per_sample(self) -> int:
+        """Tokens in one sample: seq_len for a language model, 0 for an image model."""
+        return self.seq_len if self.tokens else 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -272,6 +358,10 @@ class WorkloadSpec:
 
     def build_model(self, seed: int | None = 0) -> nn.Module:
         """A fresh model; with a seed the initial parameters are the same in every process."""
+        if self.built_in:
+            from scalelab.models.model import build
+
+            return build(self.transformer, seed)
         factory = resolve_factory(self.model)
         if seed is not None:
             torch.manual_seed(seed)
@@ -293,6 +383,8 @@ class WorkloadSpec:
         ``ZeroRedundancyOptimizer`` is given to build each rank's shard of it)."""
         if self.optimizer == "adam":
             return torch.optim.Adam, {"lr": self.lr}
+        if self.optimizer == "adamw":
+            return torch.optim.AdamW, {"lr": self.lr}
         return torch.optim.SGD, {"lr": self.lr, "momentum": self.momentum}
 
     def make_optimizer(self, params, fused: bool = False) -> torch.optim.Optimizer:
@@ -302,15 +394,43 @@ class WorkloadSpec:
         return cls(params, **kw, **({"fused": True} if fused else {}))
 
     def loss_fn(self) -> nn.Module:
+        """Cross-entropy over classes; next-token cross-entropy for a language model."""
+        if self.tokens:
+            from scalelab.models.model import NextTokenLoss
+
+            return NextTokenLoss()
         return nn.CrossEntropyLoss()
 
+    def example_input(self, batch_size: int, device: str | torch.device = "cpu",
+                      empty: bool = False) -> torch.Tensor:
+        """A batch of inputs of the right shape and dtype: token ids (zeros) or floats
+        (zeros, or uninitialized with ``empty``)."""
+        shape = (batch_size, *self.input_shape)
+        if self.tokens:
+            return torch.zeros(shape, dtype=torch.long, device=device)
+        return (torch.empty if empty else torch.zeros)(shape, device=device)
+
+    def example_target(self, batch_size: int, device: str | torch.device = "cpu"):
+        """Targets the loss takes for :meth:`example_input`: the ids, or one label each."""
+        shape = (batch_size, *self.input_shape) if self.tokens else (batch_size,)
+        return torch.zeros(shape, dtype=torch.long, device=device)
+
     def synthetic_batch(
-        self, batch_size: int, seed: int = 0, device: str | torch.device = "cpu"
+        self, batch_size: int, seed: int = 0, device: str | torch.device = "cpu",
+        generator=None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reproducible random batch (inputs, integer labels)."""
-        g = torch.Generator().manual_seed(seed)
-        x = torch.randn((batch_size, *self.input_shape), generator=g)
-        y = torch.randint(0, self.num_classes, (batch_size,), generator=g)
+        """A reproducible random batch (inputs, integer labels): for a language model ids
+        drawn uniformly from the vocabulary, the target the same ids. ``generator``: one of
+        ``device`` (seeded here), to draw there instead of on the CPU."""
+        g = generator.manual_seed(seed) if generator is not None \
+            else torch.Generator().manual_seed(seed)
+        where = {"device": device} if generator is not None else {}
+        if self.tokens:
+            x = torch.randint(0, self.vocab, (batch_size, self.seq_len), generator=g, **where)
+            x = x.to(device)
+            return x, x
+        x = torch.randn((batch_size, *self.input_shape), generator=g, **where)
+        y = torch.randint(0, self.num_classes, (batch_size,), generator=g, **where)
         return x.to(device), y.to(device)
 
 
@@ -347,11 +467,10 @@ def _forward_and_loss(spec: WorkloadSpec, model: nn.Module, device: str) -> None
     as it would the output itself: on meta tensors ``cross_entropy``'s ``log_softmax`` runs
     PyTorch's Python decomposition, whose first call imports ``torch._dynamo`` (1.4 s of a
     ``scalelab run`` here, which otherwise never needs it)."""
-    x = torch.zeros((2, *spec.input_shape), device=device)
+    x = spec.example_input(2, device)
     with torch.no_grad():
         out = logits_of(model.train()(x))
-        spec.loss_fn()(torch.zeros(out.shape, dtype=out.dtype),
-                       torch.zeros(2, dtype=torch.long))
+        spec.loss_fn()(torch.zeros(out.shape, dtype=out.dtype), spec.example_target(2))
 
 
 @lru_cache(maxsize=32)
@@ -376,6 +495,40 @@ def check_workload(spec: WorkloadSpec) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - the model rejects this input
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        if spec.tokens:
+            raise UsageError(f"model {spec.model!r} does not take --seq-len {spec.seq_len} "
+                             f"token ids (vocabulary {spec.vocab}): {first}") from None
         shape = ",".join(map(str, spec.input_shape))
+        hint = ""
+        if "indices" in first or "Long, Int" in first:
+            hint = " (it wants integer ids: a language model takes --input tokens --seq-len S)"
         raise UsageError(f"model {spec.model!r} does not take --input-shape {shape} "
-                         f"(one sample's shape, without the batch): {first}") from None
+                         f"(one sample's shape, without the batch){hint}: {first}") from None
+
+
+def detect_tokens(spec: WorkloadSpec, told: bool = False) -> WorkloadSpec:
+    """``spec`` made a token model where a user's factory takes token ids: when ``told``
+    (``--input tokens``) or when the model's first layer is an ``nn.Embedding``
+    (:func:`scalelab.token_models.first_embedding`). Its vocabulary is that embedding's
+    (any embedding's when told; ``num_classes`` when it has none); a model that keeps a
+    :class:`TransformerConfig` as ``cfg`` gives its positions too. A built-in model or an
+    image model not told otherwise is returned as it is."""
+    from dataclasses import replace
+
+    if spec.built_in or (spec.tokens and not told and spec.transformer is not None):
+        return spec
+    try:
+        model = meta_model(spec)
+    except UsageError:
+        raise
+    except Exception:  # noqa: BLE001 - not buildable on meta: build it for real
+        model = spec.build_model(seed=None)
+    emb = token_models.first_embedding(model)
+    if emb is None and not told:
+        return spec
+    if emb is None:
+        emb = token_models.any_embedding(model)
+    cfg = getattr(model, "cfg", None)
+    return replace(spec, input="tokens", input_shape=(),
+                   num_classes=emb.num_embeddings if emb is not None else spec.num_classes,
+                   transformer=cfg if isinstance(cfg, TransformerConfig) else None)

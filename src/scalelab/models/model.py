@@ -187,3 +187,10 @@ def next_token_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of predicting tokens[:, 1:] from logits[:, :-1] (next token)."""
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                            tokens[:, 1:].reshape(-1))
+
+
+class NextTokenLoss(nn.Module):
+    """:func:`next_token_loss` as a loss module: ``loss(logits, tokens)``."""
+
+    def forward(self, logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return next_token_loss(logits, tokens)

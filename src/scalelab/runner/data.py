@@ -7,6 +7,7 @@ runner's correctness tests compare against.
 
 - synthetic: worker k's shard of step s is drawn from a generator seeded with
   ``mix(seed, s, k)`` on the worker's device (:class:`SyntheticShards`).
+- token file (a language model's ``--data PATH.bin``): :class:`TokenFileShards`.
 - image folder (``--data PATH``, torchvision ``ImageFolder`` layout ``PATH/<class>/<image>``):
   a permutation of the images drawn from ``seed`` each epoch; the global batch of step s is
   positions ``[s*W*b, (s+1)*W*b)`` of the concatenated epochs. ``shard`` decodes in the
@@ -52,6 +53,9 @@ class SyntheticShards:
     def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
         if self.device.type == "cpu":
             return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker))
+        if self.spec.tokens:
+            return self.spec.synthetic_batch(self.batch_size, seed=mix(self.seed, step, worker),
+                                             device=self.device, generator=self._gen)
         g = self._gen.manual_seed(mix(self.seed, step, worker))
         x = torch.randn((self.batch_size, *self.spec.input_shape), generator=g,
                         device=self.device)
@@ -109,11 +113,34 @@ class ImageFolderShards:
         return tuple(default_collate([self.dataset[i] for i in self.indices(step, worker)]))
 
 
+class TokenFileShards:
+    """A language model's windows of a token file (:mod:`scalelab.tokens`): the global batch
+    of step s is the first W*b window starts drawn from ``mix(seed, s)``, worker k's shard
+    starts ``[k*b, (k+1)*b)`` of them; the target is the window itself (next-token loss)."""
+
+    def __init__(self, spec: WorkloadSpec, path: str, seed: int, workers: int, batch_size: int):
+        from scalelab.token_models import token_dtype
+        from scalelab.tokens import TokenFile
+
+        self.file = TokenFile(path, spec.vocab, spec.seq_len,
+                              token_dtype(spec.token_dtype, spec.vocab))
+        self.seed, self.workers, self.batch_size = seed, workers, batch_size
+
+    def shard(self, step: int, worker: int) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = self.file.starts(mix(self.seed, step), self.workers * self.batch_size)
+        x = torch.from_numpy(self.file.windows(
+            starts[worker * self.batch_size:(worker + 1) * self.batch_size]))
+        return x, x
+
+
 def make_shards(spec: WorkloadSpec, data: str | None, seed: int, workers: int, batch_size: int,
                 device: str | torch.device = "cpu"):
-    """Shards of the run's data; synthetic batches are made on ``device``."""
+    """Shards of the run's data; synthetic batches are made on ``device``. A language
+    model's ``data`` is a token file, an image model's an image folder."""
     if data in (None, "", "synthetic"):
         return SyntheticShards(spec, seed, workers, batch_size, device)
+    if spec.tokens:
+        return TokenFileShards(spec, data, seed, workers, batch_size)
     return ImageFolderShards(spec, data, seed, workers, batch_size)
 
 
