@@ -10,6 +10,7 @@ from rich.table import Table
 
 from scalelab.cli import HelpFormatter
 from scalelab.cli._common import console, err_console, positive_int
+from scalelab.cli._plan_lm import LM_EPILOG, add_lm_options, is_lm, lm_only_options, run_lm
 
 EPILOG = """examples (--cluster and --workload take a file or a shipped example's name):
   scalelab plan --profile profile.json --cluster cluster-4x8-a100-100gbe
@@ -52,12 +53,14 @@ def register(subparsers) -> None:
         description="Amdahl's-law model of data parallelism from one device's profile: "
                     "sweep over device counts for parameter servers, ring and hierarchical "
                     "all-reduce, with the bottleneck of each, and recommendations with reasons.",
-        epilog=EPILOG, formatter_class=HelpFormatter,
+        epilog=EPILOG + "\n" + LM_EPILOG, formatter_class=HelpFormatter,
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--profile", metavar="FILE", help="profile.json from scalelab profile")
     src.add_argument("--workload", metavar="FILE",
                      help="workload.toml: step_s measured at batch_size, model or param_bytes")
+    src.add_argument("--model", metavar="NAME",
+                     help="a language model: a preset (llama3-70b, gpt2, ...) or hf:PATH")
     p.add_argument("--cluster", metavar="FILE", help="cluster.toml (see examples/)")
     p.add_argument("--nodes", type=_fraction_int, metavar="N")
     p.add_argument("--gpus-per-node", type=_fraction_int, metavar="N")
@@ -98,7 +101,7 @@ def register(subparsers) -> None:
                    help="precision of the exchanged gradients (default fp32)")
     p.add_argument("--accumulation-steps", type=_fraction_int, metavar="K",
                    help="micro-batches per exchange (default 1)")
-    p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"],
+    p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16", "fp8"],
                    help="precision the target computes in (default: PyTorch's default on "
                         "the device, TF32 convolutions on Ampere and later)")
     p.add_argument("--cpu-cores-per-node", type=_fraction_int, metavar="N",
@@ -123,6 +126,7 @@ def register(subparsers) -> None:
                    help="speedup and efficiency vs devices per architecture and network")
     p.add_argument("--json", action="store_true", help="print the plan as JSON on stdout")
     p.add_argument("--quiet", action="store_true", help="print only the recommendation line")
+    add_lm_options(p)
     p.set_defaults(func=run)
 
 
@@ -133,14 +137,9 @@ def _fraction_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
 
 
-def build_plan(args):
-    """The plan the command line asks for (a :class:`scalelab.plan.Plan`)."""
-    from scalelab import plan as planner
-    from scalelab.paths import resolve_example
-
-    inp = (planner.load_profile(args.profile) if args.profile
-           else planner.load_workload(resolve_example(args.workload, "--workload")))
-    overrides = {
+def cluster_overrides(args) -> dict:
+    """The cluster settings the command line gives (None: not given)."""
+    return {
         "nodes": args.nodes, "gpus_per_node": args.gpus_per_node, "device": args.device,
         "intra_node": args.intra_node, "intra_node_gbps": args.intra_node_gbps,
         "network": args.network, "network_gbps": args.network_gbps,
@@ -154,8 +153,17 @@ def build_plan(args):
         "accumulation_steps": args.accumulation_steps, "precision": args.precision,
         "cpu_cores_per_node": args.cpu_cores_per_node,
     }
+
+
+def build_plan(args):
+    """The plan the command line asks for (a :class:`scalelab.plan.Plan`)."""
+    from scalelab import plan as planner
+    from scalelab.paths import resolve_example
+
+    inp = (planner.load_profile(args.profile) if args.profile
+           else planner.load_workload(resolve_example(args.workload, "--workload")))
     cluster = planner.load_cluster(resolve_example(args.cluster) if args.cluster else None,
-                                   overrides)
+                                   cluster_overrides(args))
     cal = planner.load_calibration_file(args.calibration) if args.calibration else None
     options = planner.PlanOptions(
         target_efficiency=args.target_efficiency, max_gpus=args.max_gpus,
@@ -236,6 +244,9 @@ def plot_plan(plan, inp, cluster, path) -> None:
 def run(args) -> int:
     from scalelab.results import write_json
 
+    if is_lm(args):
+        return run_lm(args, cluster_overrides(args))
+    lm_only_options(args)
     inp, cluster, plan = build_plan(args)
     data = plan.to_dict()
     write_json(args.out, "plan", data)
