@@ -106,6 +106,8 @@ class Job:
     timeout_s: float = 60.0
     progress_rank: int = 0
     warm: bool = False  # ranks forked from a warm interpreter (scalelab.runner.warmstart)
+    module: str = "scalelab.runner.entry"  # each rank's ``python -m`` module (the tensor- and
+    # pipeline-parallel runs': scalelab.runner.parallel_train)
     procs: dict[int, subprocess.Popen] = field(default_factory=dict)
     teardown: list[str] = field(default_factory=list)  # deaths after a rank's part was done
 
@@ -118,7 +120,7 @@ class Job:
                    "MASTER_ADDR": self.master_addr, "MASTER_PORT": str(port),
                    "PYTHONUNBUFFERED": "1", **r.env}
             log = open(self.workdir / f"rank-{r.rank}.log", "wb")  # noqa: SIM115
-            cmd = [*r.prefix, sys.executable, "-m", "scalelab.runner.entry",
+            cmd = [*r.prefix, sys.executable, "-m", self.module,
                    str(self.config_path)]
             try:
                 self.procs[r.rank] = warmstart.popen(
