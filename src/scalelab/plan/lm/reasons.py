@@ -33,8 +33,9 @@ def _others(key: str, chosen, result, usable: float, fmt=str) -> str:
     return "; against " + "; ".join(parts) if parts else ""
 
 
-def degree_reasons(step, result, target, usable: float) -> list[str]:
-    """The reasons of each degree of ``step``'s layout."""
+def degree_reasons(step, result, target, usable: float, memory_of=None) -> list[str]:
+    """The reasons of each degree of ``step``'s layout (``memory_of(layout)``: bytes per
+    GPU, for what the other recomputations would need)."""
     lay = step.layout
     out = [
         _tp(step, result, target, usable),
@@ -45,7 +46,7 @@ def degree_reasons(step, result, target, usable: float) -> list[str]:
          f"{lay.dp} = global batch {lay.global_batch} sequences"
          + _others("micro_batch", lay.micro_batch, result, usable,
                    lambda v: f"micro-batch {v}")),
-        _recompute(step, result, usable),
+        _recompute(step, usable, memory_of),
     ]
     if lay.tp > 1:
         out.append(("sequence parallelism on: the norms' and dropouts' activations are split "
@@ -91,8 +92,9 @@ def _pp(step, result, usable: float) -> str:
 def _cp(step, result, usable: float) -> str:
     lay = step.layout
     head = ("cp 1: whole sequences per rank" if lay.cp == 1 else
-            f"cp {lay.cp}: each rank holds 2 x {lay.cp} chunks' share of the sequence "
-            f"({step.seq_len // lay.cp} tokens), keys and values passed around a ring")
+            f"cp {lay.cp}: each rank holds 2 of the sequence's {2 * lay.cp} chunks "
+            f"({step.seq_len // lay.cp} tokens), keys and values passed around a ring of "
+            f"{lay.cp}")
     return head + _others("cp", lay.cp, result, usable, lambda v: f"cp {v}")
 
 
@@ -112,14 +114,22 @@ def _dp(step, result, usable: float) -> str:
                           lambda v: ("ddp", "zero1", "zero2", "zero3")[v])
 
 
-def _recompute(step, result, usable: float) -> str:
+def _recompute(step, usable: float, memory_of) -> str:
+    """The recomputation, and what the less recomputing ones need at this layout (more
+    recomputation only adds FLOPs: never faster)."""
+    from dataclasses import replace
+
     lay = step.layout
     head = {"none": "recompute none: every activation kept (no FLOPs repeated)",
             "selective": "recompute selective: the attention core's activations recomputed "
                          "in backward (its forward again, 4 L h s FLOPs per token)",
             "full": "recompute full: each block's forward run again in backward (2N + "
                     "4 L h s FLOPs per token), only block inputs kept"}[lay.recompute]
-    if lay.recompute != "none":
-        head += ": less recomputation does not fit at this layout"
-    return head + _others("recompute", lay.recompute, result, usable,
-                          lambda v: f"recompute {v}")
+    less = {"none": (), "selective": ("none",), "full": ("none", "selective")}[lay.recompute]
+    if less and memory_of is not None:
+        need = "; ".join(f"recompute {rc} needs {gib(memory_of(replace(lay, recompute=rc)))}"
+                         for rc in less)
+        head += f": at this layout {need} per GPU, more than the {gib(usable)} usable"
+    if lay.recompute != "full":
+        head += "; recomputing more would only add FLOPs"
+    return head

@@ -28,6 +28,7 @@ from scalelab import hardware
 from scalelab.errors import UsageError
 from scalelab.parallel import ParallelLayout
 from scalelab.plan.lm.inputs import LMWorkload
+from scalelab.plan.lm.measured import compute_factor, scaled_evaluate
 from scalelab.plan.lm.prices import Price, catalog_prices, price_of
 from scalelab.plan.lm.reasons import degree_reasons, gib
 from scalelab.plan.lm.search import NEAR_TIE, SearchResult, search, simplicity
@@ -50,6 +51,8 @@ class Candidate:
     result: SearchResult
     step: Any
     """The recommended step on this cluster (the simplest near the fastest)."""
+    compute_factor: float | None = None
+    """measured / estimated compute, when the workload gives a measured step."""
 
     @property
     def cost_per_million_tokens(self) -> float | None:
@@ -92,8 +95,16 @@ def default_precisions(device: str) -> tuple[str, ...]:
                      "plan needs one (scalelab hardware show NAME)")
 
 
-def _target(cluster):
+def _target(cluster, choices: Choices):
     from scalelab.plan.lm.step import LMTarget
+
+    if cluster.device == "cpu":
+        if (choices.cp or 1) > 1:
+            raise UsageError("--cp on a CPU target: context parallelism runs only where CUDA "
+                             "is (PyTorch's context_parallel has no sharding rule for the "
+                             "CPU attention kernel)")
+        raise UsageError("a language-model plan targets GPUs: the cpu has no peak FLOP/s or "
+                         "memory in the catalog (--device NAME: scalelab hardware list)")
 
     try:
         return LMTarget.from_cluster(cluster)
@@ -103,10 +114,13 @@ def _target(cluster):
 
 def _candidate(wl: LMWorkload, cluster, choices: Choices, global_batch: int,
                evaluate, memory) -> Candidate:
-    target = _target(cluster)
+    target = _target(cluster, choices)
     precisions = (choices.precision,) if choices.precision else default_precisions(
         target.device)
     usable = target.memory_bytes * target.memory_margin
+    factor = compute_factor(wl, precisions[0], evaluate)
+    if factor is not None:
+        evaluate = scaled_evaluate(factor, evaluate)
     result = search(wl.model, wl.seq_len, global_batch, cluster.gpus, target, choices,
                     precisions, usable, evaluate=evaluate, memory=memory)
     if not result.ranked:
@@ -116,7 +130,7 @@ def _candidate(wl: LMWorkload, cluster, choices: Choices, global_batch: int,
             f"{target.device}'s {gib(usable)} usable per GPU on {cluster.gpus} GPUs: the "
             f"least memory is {gib(s.memory_bytes)} ({s.layout.describe()}); add GPUs, "
             "shorten the sequence or free a fixed choice")
-    return Candidate(cluster, target, price_of(cluster), result, result.choose())
+    return Candidate(cluster, target, price_of(cluster), result, result.choose(), factor)
 
 
 def _need_prices(cands: list[Candidate]) -> None:
@@ -146,7 +160,7 @@ def lm_plan(wl: LMWorkload, clusters: list, choices: Choices, objective: str = "
         chosen = min(cands, key=lambda c: c.cost_per_million_tokens)
     else:
         chosen = max(cands, key=lambda c: c.step.tokens_per_s)
-    rec = _recommendation(wl, chosen, cands, choices, objective, tokens)
+    rec = _recommendation(wl, chosen, cands, choices, objective, tokens, memory)
     searched = {
         "considered": sum(c.result.considered for c in cands),
         "memory_checked": sum(c.result.memory_checked for c in cands),
@@ -212,13 +226,14 @@ def step_fields(step, cand: Candidate, tokens: float | None) -> dict[str, Any]:
 
 
 def _recommendation(wl: LMWorkload, chosen: Candidate, cands: list[Candidate],
-                    choices: Choices, objective: str, tokens: float | None) -> dict[str, Any]:
+                    choices: Choices, objective: str, tokens: float | None, memory
+                    ) -> dict[str, Any]:
     step = chosen.step
     rec = step_fields(step, chosen, tokens)
     rec["model"] = wl.name
     rec["price"] = chosen.price.to_dict() if chosen.price else None
     rec["launch"] = launch_command(wl, step.layout, chosen.target)
-    rec["reasons"] = _reasons(wl, chosen, cands, choices, objective, tokens)
+    rec["reasons"] = _reasons(wl, chosen, cands, choices, objective, tokens, memory)
     rec["alternatives"] = _alternatives(chosen, cands, tokens)
     rec["evaluated_only"] = choices.all_fixed()
     return rec
@@ -251,9 +266,17 @@ def _alternatives(chosen: Candidate, cands: list[Candidate], tokens) -> list[dic
     return out
 
 
-def _reasons(wl, chosen: Candidate, cands, choices: Choices, objective: str, tokens
-             ) -> list[str]:
+def _reasons(wl, chosen: Candidate, cands, choices: Choices, objective: str, tokens,
+             memory) -> list[str]:
     step, res, target = chosen.step, chosen.result, chosen.target
+    if memory is None:
+        from scalelab.plan.lm.memory import memory_per_gpu
+
+        def memory_of(lay):
+            return memory_per_gpu(wl.model, lay, step.seq_len).total
+    else:
+        def memory_of(lay):
+            return memory(wl.model, lay, step.seq_len)
     usable = target.memory_bytes * target.memory_margin
     fixed = choices.fixed()
     out = []
@@ -273,7 +296,7 @@ def _reasons(wl, chosen: Candidate, cands, choices: Choices, objective: str, tok
         out.append(head + (f"; fixed: {', '.join(f'{k} {v}' for k, v in fixed.items())}"
                            if fixed else ""))
     out.append(f"step {format_s(step.step_s)} = compute {format_s(step.compute_s)} + tensor "
-               f"collectives {format_s(step.tp_comm_s)} + pipeline bubble "
+               f"and context collectives {format_s(step.tp_comm_s)} + pipeline bubble "
                f"{format_s(step.pp_bubble_s)} + sends {format_s(step.pp_p2p_s)} + exposed "
                f"data-parallel exchange {format_s(step.dp_exchange_s)} + optimizer "
                f"{format_s(getattr(step, 'optimizer_s', 0.0))}; {step.layout.global_batch} x "
@@ -282,7 +305,7 @@ def _reasons(wl, chosen: Candidate, cands, choices: Choices, objective: str, tok
                f"{wl.model.non_embedding_params():,} parameters without the embedding"
                + (f"; HFU {step.hfu:.1%} with the recomputed FLOPs"
                   if step.layout.recompute != "none" else ""))
-    out += degree_reasons(step, res, target, usable)
+    out += degree_reasons(step, res, target, usable, memory_of)
     out += _cost_reasons(chosen, cands, objective, tokens)
     return out
 
@@ -315,9 +338,14 @@ def _cost_reasons(chosen: Candidate, cands, objective: str, tokens) -> list[str]
 
 
 def _warnings(wl: LMWorkload, chosen: Candidate, choices: Choices) -> list[str]:
-    out = [f"an estimate: the compute model's step for the {chosen.target.device} "
-           f"(band {chosen.step.band[0]:+.0%} to {chosen.step.band[1]:+.0%} of step_s from "
-           "held-out runs), not a measurement"]
+    band = f"band {chosen.step.band[0]:+.0%} to {chosen.step.band[1]:+.0%} of step_s"
+    if chosen.compute_factor is None:
+        out = [f"an estimate: the compute model's step for the {chosen.target.device} "
+               f"({band} from held-out runs), not a measurement"]
+    else:
+        out = [f"an estimate from a measurement: {wl.step_s:g} s measured on the "
+               f"{wl.device} at micro-batch {wl.micro_batch} scales the compute model's "
+               f"compute by {chosen.compute_factor:.3f} on every layout ({band})"]
     lay = chosen.step.layout
     if lay.tp > chosen.target.gpus_per_node:
         out.append(f"tp {lay.tp} spans nodes: its collectives cross the NIC")
