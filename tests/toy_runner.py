@@ -93,3 +93,44 @@ class _Probe(nn.Module):
 
 def probe(num_classes: int = 3) -> nn.Module:
     return _Probe(num_classes)
+
+
+class _Residual(nn.Module):
+    """conv-ReLU-conv plus the input, then ReLU: a residual block without batch norm."""
+
+    def __init__(self, c: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1)
+
+    def forward(self, x):
+        return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
+
+
+def resnet_like(num_classes: int = 3) -> nn.Module:
+    """A ResNet's shape without batch norm: stem, two stages of residual blocks, pool, fc."""
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(),
+        nn.Sequential(_Residual(4), _Residual(4)),
+        nn.Sequential(_Residual(4), _Residual(4)),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, num_classes))
+
+
+class _Wide(nn.Module):
+    """A block whose activations outweigh its parameters: a small linear map, then a chain of
+    element-wise operations, each saving a tensor the size of the batch for backward."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        h = self.lin(x)
+        for _ in range(6):
+            h = torch.tanh(h) * torch.sigmoid(h)
+        return x + h
+
+
+def activation_heavy(num_classes: int = 3) -> nn.Module:
+    """Four such blocks and a head: recomputing the blocks frees most of the step's memory."""
+    return nn.Sequential(*[_Wide(256) for _ in range(4)], nn.Linear(256, num_classes))

@@ -14,6 +14,8 @@ EPILOG = """examples:
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --ps 2 --mode async
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce
   scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture fsdp --zero 2
+  scalelab run resnet18 --input-shape 3,64,64 --workers 2 --architecture allreduce \
+      --batch-size 8 --accumulation-steps 4 --recompute full
   scalelab run resnet50 --workers 1 --ps 1 --batch-size 32 --device cuda
   scalelab run resnet50 --workers 2 --architecture allreduce --algorithm channels_last+bf16_autocast
   scalelab run alexnet --input-shape 3,64,64 --workers 2 --ps 2 --partition tensor
@@ -50,11 +52,19 @@ def register(subparsers) -> None:
     p.add_argument("--mode", choices=["sync", "async"], default="sync")
     p.add_argument("--batch-size", type=positive_int, default=32, metavar="b",
                    help="per-worker minibatch (default 32)")
+    p.add_argument("--accumulation-steps", type=positive_int, default=1, metavar="K",
+                   help="micro-batches of --batch-size per exchange (gradient accumulation; "
+                   "a worker trains b x K samples per step; default 1; not with --mode async)")
+    p.add_argument("--recompute", choices=["none", "full"], default="none",
+                   help="full: recompute every block's forward in backward (activation "
+                   "checkpointing: residual blocks, transformer blocks, a stage of layers), "
+                   "less memory for one more forward; default none")
     p.add_argument("--steps", type=positive_int, default=20, metavar="N")
     p.add_argument("--warmup-steps", type=int, default=2, metavar="N",
                    help="steps left out of the medians (default 2)")
-    p.add_argument("--partition", choices=["balanced", "tensor"], default="balanced",
-                   help="even contiguous chunks, or whole tensors placed greedily")
+    p.add_argument("--partition", choices=["balanced", "tensor"], default=None,
+                   help="parameter servers: even contiguous chunks (default), or whole "
+                   "tensors placed greedily")
     p.add_argument("--piece-size", type=bytes_arg, default=None, metavar="BYTES",
                    help="split shards into messages of this size (sync; e.g. 4MB)")
     p.add_argument("--colocate", action="store_true",
@@ -114,12 +124,18 @@ def config_from_args(args):
     if args.colocate and args.ps_placement == "dedicated":
         raise UsageError("--colocate puts the servers on the worker hosts: it contradicts "
                          "--ps-placement dedicated")
+    if args.partition is not None and args.architecture != "ps":
+        raise UsageError(f"--partition {args.partition} places tensors on parameter servers: "
+                         f"it has no meaning with --architecture {args.architecture} (drop "
+                         "it, or use --architecture ps)")
 
     return RunConfig(
         workload=workload_from_args(args), workers=args.workers, ps=args.ps,
         architecture=args.architecture, shard_level=_shard_level(args), mode=args.mode,
         batch_size=args.batch_size,
-        steps=args.steps, warmup_steps=args.warmup_steps, partition=args.partition,
+        steps=args.steps, warmup_steps=args.warmup_steps,
+        partition=args.partition or "balanced",
+        accumulation_steps=args.accumulation_steps, recompute=args.recompute,
         piece_bytes=args.piece_size,
         colocate=args.colocate or args.ps_placement == "colocated",
         emulate_network=args.emulate_network, timeout_s=args.timeout,
@@ -148,6 +164,22 @@ def _table(result: dict):
 
 
 MIN_TIMED_STEPS = 5
+
+
+def _finished(result: dict, out: Path | None) -> dict:
+    """A resumed run that had nothing left to train: the earlier run's result where ``out``
+    holds it (same final parameters), else this one (its checksum, no timings)."""
+    from scalelab.results import read_json
+
+    if out is None or not out.is_file():
+        return result
+    try:
+        before = read_json(out, "run")
+    except Exception:  # noqa: BLE001 - another file there: keep this run's result
+        return result
+    if before.get("final_param_checksum") == result.get("final_param_checksum"):
+        return before
+    return result
 
 
 def run(args) -> int:
@@ -184,7 +216,16 @@ def run(args) -> int:
     if not result:  # a torchrun rank other than 0
         return 0
     timed = result.get("timed_steps")
-    if timed is not None and timed < MIN_TIMED_STEPS and not args.json:
+    done = result.get("samples_per_s") is None and result.get("resumed_from_step") == cfg.steps
+    if done:  # resumed from the last step's checkpoint: nothing to train
+        result = _finished(result, out)
+        if not args.json:
+            err_console.print(
+                f"the run in {cfg.checkpoint_dir} was complete: its checkpoint is at its last "
+                f"step ({cfg.steps}), so nothing was trained"
+                + (f"; its result is {out}'s" if result.get("samples_per_s") else "")
+                + " (raise --steps to train on)", highlight=False, soft_wrap=True)
+    elif timed is not None and timed < MIN_TIMED_STEPS and not args.json:
         err_console.print(f"warning: {timed} timed step(s) after {result['warmup_steps_used']} "
                           f"warm-up: medians of fewer than {MIN_TIMED_STEPS} steps are noisy "
                           f"(use --steps {MIN_TIMED_STEPS + cfg.warmup_steps} or more)",
@@ -199,6 +240,6 @@ def run(args) -> int:
     elif not args.quiet:
         console.print(_table(result))
         sps = result.get("samples_per_s")
-        console.print(f"samples/s {sps:.1f}  final_param_checksum "
+        console.print(("" if sps is None else f"samples/s {sps:.1f}  ") + "final_param_checksum "
                       f"{result['final_param_checksum']:.10g}" + (f"  -> {out}" if out else ""))
     return 0

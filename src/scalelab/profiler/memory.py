@@ -12,6 +12,8 @@ import resource
 
 import torch
 
+from scalelab.blocks import fsdp_units  # noqa: F401 - the units' rule, named here as before
+
 
 def _cuda(device: str | torch.device) -> torch.device | None:
     dev = torch.device(device)
@@ -117,23 +119,6 @@ def activation_bytes(model: torch.nn.Module, batch: torch.Tensor, loss_fn=None) 
 #: Adam: two moments), as :meth:`scalelab.workload.WorkloadSpec.make_optimizer` builds them.
 
 
-def fsdp_units(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The units FSDP2 shards one by one: the model's top-level children that hold
-    parameters, a container child (``Sequential``, ``ModuleList``) opened one level down
-    (a ResNet's ``layer1`` gives its residual blocks). The root takes what is left."""
-    out: list[torch.nn.Module] = []
-    for child in model.children():
-        if not any(True for _ in child.parameters()):
-            continue
-        if isinstance(child, (torch.nn.Sequential, torch.nn.ModuleList)):
-            inner = [c for c in child.children() if any(True for _ in c.parameters())]
-            if len(inner) > 1:
-                out.extend(inner)
-                continue
-        out.append(child)
-    return out
-
-
 def memory_components(spec) -> dict:
     """Memory by component of ``spec`` (a WorkloadSpec), counted on meta tensors.
 
@@ -141,7 +126,8 @@ def memory_components(spec) -> dict:
     device: parameters, gradients (same dtype), optimizer state
     (:func:`scalelab.theory.zero.optimizer_state_bytes`), the activations forward saves for
     backward per sample (:func:`activation_bytes` at batch 1 and 2, the difference), the input per
-    sample, each tensor's shape and the parameters of each FSDP unit (:func:`fsdp_units`).
+    sample (and with every block recomputed), each tensor's shape and the parameters of each
+    FSDP unit (:func:`scalelab.blocks.fsdp_units`).
     fp32 throughout (the dtype the model is built in).
     """
     from scalelab.metashapes import ShapedMeta
@@ -150,13 +136,17 @@ def memory_components(spec) -> dict:
 
     model = meta_model(spec)
     loss = spec.loss_fn()
-    per = []
+    from scalelab.blocks import recompute_saved_bytes
+
+    per, recomputed = [], []
     for b in (1, 2):
         with torch.device("meta"):
             x = torch.empty((b, *spec.input_shape))
             y = torch.zeros(b, dtype=torch.long)
         with ShapedMeta():
             per.append(activation_bytes(model, x, lambda o, y=y: loss(logits_of(o), y)))
+            recomputed.append(recompute_saved_bytes(
+                model, lambda x=x, y=y: loss(logits_of(model(x)), y))[1])
     params = [p for p in model.parameters() if p.requires_grad]
     elem = params[0].element_size() if params else 4
     numel = sum(p.numel() for p in params)
@@ -170,6 +160,9 @@ def memory_components(spec) -> dict:
         "bytes_per_param": elem,
         "activation_bytes_per_sample": max(per[1] - per[0], 0),
         "activation_bytes_fixed": max(2 * per[0] - per[1], 0),
+        # with every block recomputed (scalelab.blocks.recompute_saved_bytes): what is saved
+        # outside the blocks, their inputs, and the largest block's own while it recomputes
+        "activation_bytes_per_sample_recompute": max(recomputed[1] - recomputed[0], 0),
         "input_bytes_per_sample": 4 * math.prod(spec.input_shape) + 8,
         "tensor_shapes": [list(p.shape) for p in params],
         "unit_params": [sum(p.numel() for p in u.parameters()) for u in fsdp_units(model)],

@@ -30,6 +30,8 @@ __all__ = ["RunConfig", "run_training"]
 def _precheck_checkpoints(cfg: RunConfig) -> None:
     from scalelab.runner import checkpoint
 
+    if cfg.checkpoint_dir:
+        checkpoint.check_folder(cfg)
     if not (cfg.resume and cfg.checkpoint_dir and Path(cfg.checkpoint_dir).is_dir()):
         return
     from scalelab.workload import meta_model
@@ -78,6 +80,31 @@ def _nccl_on(ifname: str) -> dict[str, str]:
             "NCCL_IB_DISABLE": "1"}
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def make_workdir(kind: str) -> Path:
+    """A new temporary folder ``scalelab-<kind>-<pid>-XXXX`` for this process's job, after
+    removing those of earlier jobs whose process is gone: a job killed by SIGKILL cannot
+    remove its own (the ``finally`` below never runs), the next one does."""
+    for old in Path(tempfile.gettempdir()).glob(f"scalelab-{kind}-*-*"):
+        pid = old.name.split("-")[2]
+        try:
+            mine = old.is_dir() and old.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if mine and pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"scalelab-{kind}-{os.getpid()}-"))
+
+
 def _write_ranks(path, workdir: Path, world_size: int) -> None:
     from scalelab.results import write_text_atomic
 
@@ -105,7 +132,7 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
     _precheck_devices(cfg)
     if cfg.data not in (None, "", "synthetic") and not Path(cfg.data).is_dir():
         raise UsageError(f"--data {cfg.data}: not a folder")
-    workdir = Path(tempfile.mkdtemp(prefix="scalelab-run-"))
+    workdir = make_workdir("run")
     try:
         with ExitStack() as stack:
             net = _open_network(cfg, stack) if cfg.emulate_network else None
@@ -150,13 +177,17 @@ def _run_torchrun(cfg: RunConfig, ranks_path) -> dict:
 
     if cfg.emulate_network:
         raise UsageError("--emulate-network needs --launcher local")
+    if cfg.checkpoint_dir:
+        from scalelab.runner import checkpoint
+
+        checkpoint.check_folder(cfg)
     rank, world_size, local_rank = env_rank()
     if not cfg.threads and "SCALELAB_THREADS" not in os.environ:
         from scalelab.runner.launch import cpu_count
 
         local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
         os.environ["SCALELAB_THREADS"] = str(max(1, cpu_count() // max(1, local)))
-    workdir = Path(tempfile.mkdtemp(prefix=f"scalelab-rank{rank}-"))
+    workdir = make_workdir(f"rank{rank}")
     try:
         result = run_rank(cfg, rank, world_size, workdir, local_rank)
         if ranks_path:

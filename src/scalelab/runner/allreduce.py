@@ -3,6 +3,8 @@
 DDP averages gradients with bucketed all-reduce launched from backward hooks, so the
 exchange overlaps backward and finishes inside ``loss.backward()``: ``compute_s`` here is
 forward + backward + the exposed part of the all-reduce, ``apply_s`` the optimizer step.
+With ``accumulation_steps`` K the step is K micro-batches under ``no_sync`` but the last
+(:mod:`scalelab.runner.accumulate`): ``compute_s`` holds all K, the all-reduce runs once.
 
 On the CPU the process group is Gloo and DDP wraps the CPU module, as always. On a GPU the
 model and every batch live on the rank's device, the process group is NCCL (initialised
@@ -31,6 +33,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from scalelab.runner import checkpoint
+from scalelab.runner.accumulate import PeakMemory, accumulate
 from scalelab.runner.compute import Computation
 from scalelab.runner.timers import StepTimer, maybe_phase
 from scalelab.workload import logits_of
@@ -56,6 +59,7 @@ class DDPWorker:
         self.scaler = self.comp.scaler()
         params = [p for p in model.parameters() if p.requires_grad]
         self.param_bytes = sum(p.numel() * p.element_size() for p in params)
+        self.peak = PeakMemory(self.device, cfg.warmup_steps)
 
     def resume(self, directory: str) -> int:
         """Rank 0 reads the newest checkpoint and hands it to every rank; returns its step."""
@@ -88,14 +92,11 @@ class DDPWorker:
             x, y = self.shards.shard(step, self.k)  # on the device already (open_shards)
             x = self.comp.batch(x.to(self.device, non_blocking=True))
             y = y.to(self.device, non_blocking=True)
+        self.peak.at_step(step)
         self.opt.zero_grad(set_to_none=True)
-        with maybe_phase(timer, "compute_s"):
-            with self.comp.autocast():
-                loss = self.loss_fn(logits_of(self.ddp(x)), y)
-            if self.scaler is not None:
-                self.scaler.scale(loss).backward()
-            else:
-                loss.backward()
+        with maybe_phase(timer, "compute_s"):  # K micro-batches, one all-reduce (accumulate)
+            loss = accumulate(self.cfg.accumulation_steps, x, y, self._forward_loss,
+                              self._backward, self.ddp.no_sync if self.wrapped else None)
         with maybe_phase(timer, "apply_s"):
             if self.scaler is not None:
                 self.scaler.step(self.opt)
@@ -108,6 +109,16 @@ class DDPWorker:
         # the loss stays a tensor: reading it here would wait for the device every step
         return {"loss": loss.detach(),
                 "bytes_reduced": self.param_bytes if self.wrapped else 0}
+
+    def _forward_loss(self, x, y):
+        with self.comp.autocast():
+            return self.loss_fn(logits_of(self.ddp(x)), y)
+
+    def _backward(self, loss) -> None:
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+        else:
+            loss.backward()
 
     @property
     def params(self) -> list[torch.Tensor]:

@@ -101,3 +101,38 @@ def check_directory(directory: str, expected: dict) -> None:
     if files:
         path = files[-1]
         check_identity(path, load(path), expected)
+
+
+#: Which architecture writes which checkpoints: ``ps<k>-step*.pt`` (servers),
+#: ``ddp-step*.pt`` (all-reduce rank 0), ``fsdp-step*/`` (every sharded rank).
+def architectures_in(directory: str) -> set[str]:
+    """The architectures whose checkpoints ``directory`` holds."""
+    d = Path(directory)
+    if not d.is_dir():
+        return set()
+    found = set()
+    for f in d.iterdir():
+        m = _NAME.match(f.name)
+        if m:
+            found.add("allreduce" if m.group("owner") == "ddp" else "ps")
+        elif f.is_dir() and re.match(r"^fsdp-step\d{8}$", f.name):
+            found.add("fsdp")
+    return found
+
+
+def check_folder(cfg) -> None:
+    """Refuse, before any rank starts, a --checkpoint-dir that is not a folder, and a
+    --resume over another architecture's checkpoints (it would start from step 0 beside
+    them)."""
+    d = Path(cfg.checkpoint_dir)
+    if d.exists() and not d.is_dir():
+        raise UsageError(f"--checkpoint-dir {d}: not a folder (give a folder, or a path that "
+                         "does not exist yet)")
+    if not cfg.resume:
+        return
+    found = architectures_in(cfg.checkpoint_dir)
+    if found and cfg.architecture not in found:
+        other = sorted(found)[0]
+        raise UsageError(f"--resume: {d} holds checkpoints of --architecture {other}, not "
+                         f"{cfg.architecture}: resume with --architecture {other}, or give "
+                         "another --checkpoint-dir")

@@ -30,6 +30,9 @@ LAUNCHERS = ("local", "torchrun")
 #: link), or shared memory between ranks of one host (:mod:`scalelab.runner.shm`); "auto":
 #: shared memory where every rank is a process of this host, else TCP.
 TRANSPORTS = ("tcp", "shm", "auto")
+#: Activation checkpointing (``--recompute``): none, or every block's forward recomputed in
+#: backward (:mod:`scalelab.runner.recompute`).
+RECOMPUTE = ("none", "full")
 
 #: The asynchronous parameter server's exchange: one message per shard, applied by the
 #: server on arrival and answered to that worker alone (no common step, no pipelining).
@@ -71,6 +74,25 @@ def _resolve_transport(cfg) -> str:
     if cfg.transport == "auto":
         return "tcp" if why else "shm"
     return cfg.transport
+
+
+def _check_memory_choices(cfg) -> None:
+    """--accumulation-steps, --recompute, and --piece-size only for parameter servers (the
+    command line refuses an explicit --partition likewise: a validation grid crosses the
+    partition with every architecture, so the value alone cannot tell)."""
+    k = cfg.accumulation_steps
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise UsageError(f"--accumulation-steps must be an integer >= 1, got {k!r}")
+    if k > 1 and cfg.architecture == "ps" and cfg.mode == "async":
+        raise UsageError("--accumulation-steps needs --mode sync: an asynchronous server applies "
+                         "each worker's gradient on arrival, there is no common step to "
+                         "accumulate to (use --batch-size for a larger batch per update)")
+    if cfg.recompute not in RECOMPUTE:
+        raise UsageError(f"unknown --recompute {cfg.recompute!r} (none or full)")
+    if cfg.architecture != "ps" and cfg.piece_bytes is not None:
+        raise UsageError(f"--piece-size cuts parameter-server shards into messages: it has "
+                         f"no meaning with --architecture {cfg.architecture} (drop it, or "
+                         "use --architecture ps)")
 
 
 MAX_TIMEOUT_S = 1e9
@@ -119,6 +141,9 @@ class RunConfig:
     shard_level: int = 3  # --architecture fsdp: ZeRO level (1, 2, 3)
     transport: str = "tcp"  # parameter-server pieces: tcp, shm or auto (TRANSPORTS); stored
     # resolved, so run.json says which one carried the bytes
+    accumulation_steps: int = 1  # micro-batches of batch_size per exchange (gradient
+    # accumulation): a worker contributes batch_size x accumulation_steps samples per step
+    recompute: str = "none"  # RECOMPUTE: activation checkpointing per block
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -162,6 +187,7 @@ class RunConfig:
         object.__setattr__(self, "ps", ps)
         if self.batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {self.batch_size}")
+        _check_memory_choices(self)
         if self.steps < 1:
             raise UsageError(f"--steps must be >= 1, got {self.steps}")
         if self.warmup_steps < 0:
@@ -232,6 +258,11 @@ class RunConfig:
         if self.mode == "async":
             return ASYNC_EXCHANGE
         return PIPELINED if self.piece_bytes else PUSH_THEN_PULL
+
+    @property
+    def samples_per_worker_step(self) -> int:
+        """Samples one worker trains on between two exchanges: b x K."""
+        return self.batch_size * self.accumulation_steps
 
     # -- ranks and roles --------------------------------------------------------------
     @property

@@ -120,6 +120,10 @@ def run_rank(cfg: RunConfig, rank: int, world_size: int, workdir: Path | None,
         model.train()
         if role == "worker":
             model.to(place.device)
+            if cfg.recompute == "full":  # every block recomputed in backward (blocks.py)
+                from scalelab.blocks import checkpoint_blocks
+
+                checkpoint_blocks(model)
         ident = checkpoint.identity(cfg, model)
         summary: dict = {}
         from scalelab.runner.compute import Computation
@@ -217,7 +221,8 @@ def _run_ddp(cfg, k, model, ident, log, place) -> dict:
     w, start = _train_worker(
         cfg, k, lambda shards: DDPWorker(cfg, k, model, shards, ident, place.device), log,
         place, every_rank_saves=False)
-    summary = {"resumed_from_step": start, "param_bytes": w.param_bytes}
+    summary = {"resumed_from_step": start, "param_bytes": w.param_bytes,
+               "memory": w.peak.summary()}
     if k == 0:
         summary["final_param_checksum"] = checksum(w.params)
         _save_params(cfg, dict(w.module.named_parameters()))
@@ -299,7 +304,7 @@ def _run_ps(cfg, role, k, model, ident, log, place) -> dict:
     if cfg.mode == "async":
         worker.final_pull()
     worker.close()
-    summary = {"resumed_from_step": start,
+    summary = {"resumed_from_step": start, "memory": worker.peak.summary(),
                "param_bytes": sum(p.numel() for p in params) * elem,
                "shard_fractions": layout.shard_fractions()}
     if k == 0:

@@ -24,6 +24,7 @@ step (with level 1 including the broadcast of the updated parameters).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -35,6 +36,7 @@ from torch import nn
 from scalelab.errors import UsageError
 from scalelab.results import write_text_atomic
 from scalelab.runner import checkpoint
+from scalelab.runner.accumulate import accumulate, current_bytes
 from scalelab.runner.timers import StepTimer, maybe_phase
 from scalelab.workload import logits_of
 
@@ -42,8 +44,9 @@ OWNER = "fsdp"
 
 
 def blocks(model: nn.Module) -> list[nn.Module]:
-    """The units FSDP2 shards one by one (:func:`scalelab.profiler.memory.fsdp_units`)."""
-    from scalelab.profiler.memory import fsdp_units
+    """The units FSDP2 shards one by one (:func:`scalelab.blocks.fsdp_units`: residual
+    blocks, transformer blocks, a ViT's encoder layers)."""
+    from scalelab.blocks import fsdp_units
 
     return fsdp_units(model)
 
@@ -113,10 +116,9 @@ class FSDPWorker:
             x = self.comp.batch(x.to(self.device, non_blocking=True))
             y = y.to(self.device, non_blocking=True)
         self.opt.zero_grad(set_to_none=True)
-        with maybe_phase(timer, "compute_s"):
-            with self.comp.autocast():
-                loss = self.loss_fn(logits_of(self.wrapped(x)), y)
-            loss.backward()
+        with maybe_phase(timer, "compute_s"):  # K micro-batches, one exchange (accumulate)
+            loss = accumulate(self.cfg.accumulation_steps, x, y, self._forward_loss,
+                              lambda loss: loss.backward(), self._sync_off)
         with maybe_phase(timer, "apply_s"):
             self.opt.step()
         ahead = getattr(self.shards, "prefetch", None)  # a GPU's next batch, copied meanwhile
@@ -125,12 +127,33 @@ class FSDPWorker:
         # the loss stays a tensor (read by the step loop a step later, as DDP's)
         return {"loss": loss.detach(), **self.exchange_payload()}
 
+    def _forward_loss(self, x, y):
+        with self.comp.autocast():
+            return self.loss_fn(logits_of(self.wrapped(x)), y)
+
+    @contextlib.contextmanager
+    def _sync_off(self):
+        """The exchange held back for a micro-batch that is not the last: DDP's
+        ``no_sync`` (ZeRO-1), FSDP2's ``set_requires_gradient_sync(False)`` (ZeRO-2/3: the
+        gradients accumulate whole and unreduced until the last backward)."""
+        if self.level == 1:
+            with self.wrapped.no_sync():
+                yield
+            return
+        self.module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.module.set_requires_gradient_sync(True)
+
     def exchange_payload(self) -> dict:
         """Bytes of tensors entering the collectives per step (as DDP's ``bytes_reduced``):
         ``bytes_reduced`` the gradients (all-reduced at level 1, reduce-scattered at 2/3),
         ``bytes_gathered`` the parameters (broadcast from their owners at level 1,
-        all-gathered once at level 2, twice at level 3)."""
+        all-gathered once at level 2, twice at level 3, per micro-batch)."""
         gathers = {1: 1, 2: 1, 3: 2}[self.level]
+        if self.level > 1:  # FSDP2 reshards after every backward: each micro-batch gathers
+            gathers *= self.cfg.accumulation_steps
         return {"bytes_reduced": self.param_bytes, "bytes_gathered": gathers * self.param_bytes}
 
     # -- what this rank holds ---------------------------------------------------------
@@ -143,7 +166,7 @@ class FSDPWorker:
         state = sum(self.model_state_bytes().values())
         reset_peak_memory(self.device)
         self.memory = {"state_at_start_bytes": state,
-                       "baseline_bytes": _current_bytes(self.device) - state}
+                       "baseline_bytes": current_bytes(self.device) - state}
 
     def memory_summary(self) -> dict:
         """Peak of the timed steps, and the model's part of it (peak less the baseline)."""
@@ -248,16 +271,6 @@ class FSDPWorker:
             set_state_dict(self.module, self.opt, model_state_dict=state["model"],
                            optim_state_dict=state["optim"])
         return step
-
-
-def _current_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.memory_allocated(device))
-    import os
-
-    from scalelab.profiler.memory import resident_bytes
-
-    return resident_bytes(os.getpid()) or 0
 
 
 def steps_of(directory: str | None) -> set[int]:

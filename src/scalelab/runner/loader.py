@@ -153,7 +153,9 @@ def open_shards(cfg, worker: int, device=None):
     and reach the device through :class:`DeviceBatches`.
     """
     device = torch.device(device or "cpu")
-    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size, device)
+    # a step's shard is the worker's b x K samples (cut into K micro-batches by the step)
+    shards = make_shards(cfg.workload, cfg.data, cfg.seed, cfg.workers,
+                         cfg.samples_per_worker_step, device)
     if not isinstance(shards, ImageFolderShards):
         yield shards
         return

@@ -4,7 +4,9 @@ Synchronous step, per worker: forward, then backward; a gradient hook sends ever
 every shard to its server with ``isend`` the moment backward has produced all gradients the
 piece covers, so the push overlaps backward. The worker then waits for its sends (push) and
 for the fresh pieces (pull), which it asked for with ``irecv`` before the step started.
-Exchanges with different servers run concurrently.
+Exchanges with different servers run concurrently. With ``accumulation_steps`` K the
+worker runs K micro-batches and the hooks push only from the last backward, when every
+gradient holds the sum of the K (:mod:`scalelab.runner.accumulate`): one exchange per step.
 
 Per server: it waits for piece i from every worker, sums in worker order (deterministic),
 applies its own optimizer to the piece (it owns the momentum/Adam state; the fused step
@@ -37,9 +39,12 @@ its final shard.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from scalelab.runner import checkpoint
+from scalelab.runner.accumulate import PeakMemory, accumulate
 from scalelab.runner.comm import irecv, isend, wait
 from scalelab.runner.compute import Computation
 from scalelab.runner.config import RunConfig
@@ -88,6 +93,8 @@ class Worker:
                       for t, p in enumerate(self.params)]
         self.elem_bytes = self.params[0].element_size()
         self.async_mode = cfg.mode == "async"
+        self.held = 0  # > 0 inside a micro-batch that is not the step's last
+        self.peak = PeakMemory(self.device, cfg.warmup_steps)
 
     def _hook(self, t: int):
         def hook(param):
@@ -148,13 +155,13 @@ class Worker:
         self.stager.begin_step()
         self.pending = {p.index: len(p.tensors) for p in self.layout.pieces}
         self.staged, self.sends, self.pulls = [], [], []
+        self.peak.at_step(step)
         self.model.zero_grad(set_to_none=True)
-        self.capturing = True
+        k = cfg.accumulation_steps
         try:
-            with maybe_phase(timer, "compute_s"):
-                with self.comp.autocast():
-                    loss = self.loss_fn(logits_of(self.model(x)), y)
-                loss.backward()
+            with maybe_phase(timer, "compute_s"):  # K micro-batches, pushed after the last
+                loss = accumulate(k, x, y, self._forward_loss, lambda loss: loss.backward(),
+                                  self._holding if k > 1 else None)
         finally:
             self.capturing = False
         missing = [p.index for p in self.layout.pieces if self.pending[p.index] != 0]
@@ -176,6 +183,20 @@ class Worker:
         nbytes = sum(p.numel for p in self.layout.pieces) * self.elem_bytes
         return {"loss": loss.detach(), "bytes_sent": nbytes, "bytes_received": nbytes,
                 **self.stager.step_bytes()}
+
+    def _forward_loss(self, x, y):
+        self.capturing = self.held == 0  # the hooks push from the last backward only
+        with self.comp.autocast():
+            return self.loss_fn(logits_of(self.model(x)), y)
+
+    @contextlib.contextmanager
+    def _holding(self):
+        """A micro-batch that is not the last: its gradients accumulate, nothing is sent."""
+        self.held += 1
+        try:
+            yield
+        finally:
+            self.held -= 1
 
     def final_pull(self) -> None:
         """Async only: the servers' final parameters after every worker's last update."""

@@ -1,5 +1,7 @@
 """Assemble ``run.json`` from the per-rank step records and summaries.
 
+``samples_per_step`` is W x b x K (K micro-batches of b per exchange), ``memory`` the
+largest worker peak over the timed steps (:class:`scalelab.runner.accumulate.PeakMemory`).
 ``bytes_per_step`` per role: ``bytes_sent``/``bytes_received`` (parameter server),
 ``bytes_reduced`` (DDP) and, for workers that stage their exchange through host memory (on a
 GPU), ``bytes_staged_d2h``/``bytes_staged_h2d`` (bytes copied across the host link).
@@ -40,6 +42,19 @@ def timing_of(cfg) -> dict:
         clock = "the host's clock (time.perf_counter) at every phase boundary"
         waits = []
     return {"clock": clock, "waits": waits, "algorithm": cfg.algorithm}
+
+
+def _peak_memory(per_rank_list: list[dict]) -> dict | None:
+    """The workers' peaks (their ``memory`` summaries): the largest, and what it counts."""
+    rows = [p["memory"] for p in per_rank_list
+            if p["role"] == "worker" and (p.get("memory") or {}).get("peak_bytes")]
+    if not rows:
+        return None
+    top = max(rows, key=lambda m: m["peak_bytes"])
+    out = {"peak_bytes": top["peak_bytes"], "baseline_bytes": top.get("baseline_bytes")}
+    if "counted" in top:
+        out["counted"] = top["counted"]
+    return out
 
 
 def build(cfg, ranks: list[dict], wall_s: float) -> dict:
@@ -89,7 +104,8 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         samples_per_s = sum(weak_throughput(1, cfg.batch_size, p["step_s"])
                             for p in per_rank_list if p["role"] == "worker" and p.get("step_s"))
     else:
-        samples_per_s = weak_throughput(cfg.workers, cfg.batch_size, step_med) if step_med else None
+        samples_per_s = (weak_throughput(cfg.workers, cfg.samples_per_worker_step, step_med)
+                         if step_med else None)
     wb = role_bytes("worker") or {}
     exch = steps["exchange_s"]
     achieved = None
@@ -100,7 +116,7 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         "config": cfg.to_dict(),
         "world_size": cfg.world_size,
         "steps": steps,
-        "timed_steps": cfg.steps - warmup,
+        "timed_steps": (cfg.steps - warmup) if w_recs else 0,
         "warmup_steps_used": warmup,
         "server_steps": server_steps,
         "samples_per_s": samples_per_s,
@@ -112,6 +128,10 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         "resumed_from_step": worker0.get("resumed_from_step", 0),
         "wall_s": wall_s,
         "timing": timing_of(cfg),
+        "accumulation_steps": cfg.accumulation_steps,
+        "samples_per_step": cfg.workers * cfg.samples_per_worker_step,
+        "recompute": cfg.recompute,
+        "memory": _peak_memory(per_rank_list),
     }
     if servers:
         result["shard_fractions"] = worker0.get("shard_fractions")
