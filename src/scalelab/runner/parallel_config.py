@@ -24,7 +24,7 @@ from scalelab.parallel import ParallelLayout
 from scalelab.runner.config import check_timeout_s
 
 DEVICES = ("cpu", "cuda")
-OPTIMIZERS = ("sgd", "adam")
+OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class ParallelRunConfig:
             raise UsageError(f"sequence parallelism splits the {self.seq_len} tokens of a "
                              f"sequence over tp {lay.tp}: --seq-len must be a multiple of it")
         if self.optimizer not in OPTIMIZERS:
-            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd or adam)")
+            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd, adam or adamw)")
         if not 0 < self.lr < float("inf"):
             raise UsageError(f"--lr must be > 0 and finite, got {self.lr}")
         if self.steps < 1:

@@ -84,8 +84,9 @@ class ParallelTrainer:
 
     def _optimizer(self, m):
         params = [p for p in m.parameters() if p.requires_grad]
-        if self.cfg.optimizer == "adam":
-            return torch.optim.Adam(params, lr=self.cfg.lr, foreach=False)
+        if self.cfg.optimizer in ("adam", "adamw"):
+            cls = torch.optim.Adam if self.cfg.optimizer == "adam" else torch.optim.AdamW
+            return cls(params, lr=self.cfg.lr, foreach=False)
         return torch.optim.SGD(params, lr=self.cfg.lr, momentum=self.cfg.momentum,
                                foreach=False)
 
@@ -101,6 +102,7 @@ class ParallelTrainer:
             tokens = self.local_batch(step)
         with timer.work(self.comm, self.timed):
             losses = self._forward_backward(tokens)
+            self._reduce_partial_gradients()
         if self.dp_group is not None and not self.cfg.fsdp:
             with timer.phase("dp_exchange_s"):
                 self._average_gradients()
@@ -132,6 +134,16 @@ class ParallelTrainer:
             (loss / lay.accumulation).backward()
             losses.append(loss)
         return losses
+
+    def _reduce_partial_gradients(self) -> None:
+        """Sum the gradients DTensor leaves as partial sums over the tp ranks (a replicated
+        weight used on slices of the sequence: the norms under sequence parallelism), so
+        the optimizer's state is whole, as a checkpoint needs it."""
+        for m in self.modules:
+            for p in m.parameters():
+                g = p.grad
+                if g is not None and any(pl.is_partial() for pl in getattr(g, "placements", ())):
+                    p.grad = g.redistribute(g.device_mesh, p.placements)
 
     def _average_gradients(self) -> None:
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors

@@ -1,0 +1,133 @@
+"""``scalelab run`` of a tensor- or pipeline-parallel layout (``--tp``, ``--pp``): the
+options, the configuration they make and the run (:mod:`scalelab.runner.parallel_run`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from scalelab.cli._common import positive_int
+from scalelab.errors import UsageError
+
+EXAMPLES = """  scalelab run llama3-8b --layers 4 --seq-len 64 --workers 2 --tp 2 --batch-size 2
+  scalelab run gpt2 --layers 4 --seq-len 64 --workers 4 --tp 2 --architecture fsdp
+  scalelab run llama3-8b --layers 4 --workers 2 --pp 2 --accumulation-steps 4
+  scalelab run llama3-8b --layers 8 --workers 4 --pp 2 --tp 2 --schedule interleaved \\
+      --vpp 2 --accumulation-steps 4 --checkpoint-dir ckpt --checkpoint-every 5
+"""
+
+
+def add_parallel_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tensor and pipeline parallelism (language models)")
+    g.add_argument("--tp", type=positive_int, default=1, metavar="T",
+                   help="tensor-parallel degree (DTensor; divides the heads and KV heads)")
+    g.add_argument("--pp", type=positive_int, default=1, metavar="P",
+                   help="pipeline stages (torch.distributed.pipelining); --workers = dp x "
+                   "tp x pp, --accumulation-steps the micro-batches per step")
+    g.add_argument("--vpp", type=positive_int, default=1, metavar="V",
+                   help="virtual stages per pipeline rank (--schedule interleaved)")
+    g.add_argument("--schedule", choices=["1f1b", "gpipe", "interleaved"], default=None,
+                   help="pipeline schedule (default 1f1b; interleaved with --vpp)")
+    g.add_argument("--sequence-parallel", dest="sequence_parallel",
+                   action=argparse.BooleanOptionalAction, default=None,
+                   help="with --tp: norms on slices of the sequence, all-gather and "
+                   "reduce-scatter instead of all-reduce (default on with --tp > 1)")
+    g.add_argument("--cp", type=positive_int, default=1, metavar="C",
+                   help="context-parallel degree (CUDA only; planned, not run here)")
+
+
+def wants_parallel(args) -> bool:
+    """Whether the command line asks for a tensor/pipeline/context-parallel layout."""
+    return (args.tp > 1 or args.pp > 1 or args.cp > 1 or args.vpp > 1
+            or args.schedule is not None or args.sequence_parallel is not None)
+
+
+def _refuse_foreign(args) -> None:
+    """Options of the data-parallel runners that a parallel layout does not take."""
+    if args.cp > 1 and (args.device or "cpu") == "cpu":
+        raise UsageError(f"--cp {args.cp}: context parallelism does not run on the CPU "
+                         "(PyTorch has no sharding rule for its CPU attention kernel)")
+    bad = [(args.ps is not None, "--ps"), (args.mode != "sync", "--mode async"),
+           (args.emulate_network is not None, "--emulate-network"),
+           (args.data is not None, "--data"), (args.colocate, "--colocate"),
+           (args.piece_size is not None, "--piece-size"),
+           (getattr(args, "recompute", "none") != "none", "--recompute"),
+           (args.algorithm != "default", "--algorithm")]
+    for given, name in bad:
+        if given:
+            raise UsageError(f"{name} is not taken by a tensor or pipeline layout (--tp, --pp): "
+                             "its data-parallel part all-reduces, or shards with "
+                             "--architecture fsdp, on synthetic tokens")
+
+
+def config_from_args(args):
+    """The :class:`~scalelab.runner.parallel_config.ParallelRunConfig` of the options."""
+    from scalelab.cli._common import workload_from_args
+    from scalelab.parallel import ParallelLayout
+    from scalelab.runner.parallel_config import ParallelRunConfig
+
+    _refuse_foreign(args)
+    spec = workload_from_args(args)
+    if spec.transformer is None:
+        raise UsageError(f"tensor and pipeline layouts split a built-in language model (a "
+                         f"preset such as gpt2 or llama3-8b, or hf:PATH): {args.model!r} is not")
+    per = args.tp * args.pp * args.cp
+    if args.workers % per:
+        raise UsageError(f"tp {args.tp} x pp {args.pp} x cp {args.cp} = {per} ranks per "
+                         f"data-parallel replica does not divide --workers {args.workers}")
+    if args.architecture == "fsdp" and (args.zero or 3) != 3:
+        raise UsageError(f"--zero {args.zero}: FSDP2 over a tensor-parallel mesh shards "
+                         "parameters, gradients and optimizer state (--zero 3)")
+    schedule = args.schedule or "1f1b"
+    sp = args.tp > 1 if args.sequence_parallel is None else args.sequence_parallel
+    if sp and args.tp == 1:
+        raise UsageError("--sequence-parallel splits the sequence over tensor-parallel ranks: "
+                         "it needs --tp > 1")
+    try:
+        layout = ParallelLayout(
+            dp=args.workers // per, tp=args.tp, pp=args.pp, cp=args.cp,
+            sequence_parallel=sp, schedule=schedule, vpp=args.vpp,
+            micro_batch=args.batch_size, accumulation=args.accumulation_steps,
+            precision="fp32", zero=3 if args.architecture == "fsdp" else 0)
+    except ValueError as e:
+        raise UsageError(f"{e} (--accumulation-steps sets the micro-batches per step)"
+                         if "micro-batches" in str(e) else str(e)) from None
+    return ParallelRunConfig(
+        model=spec.transformer, layout=layout, seq_len=spec.seq_len, steps=args.steps,
+        warmup_steps=args.warmup_steps, fsdp=args.architecture == "fsdp",
+        optimizer=spec.optimizer, lr=spec.lr, momentum=spec.momentum, seed=args.seed,
+        timeout_s=args.timeout, checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every, resume=args.resume,
+        device=args.device or _default_device(), threads=args.threads,
+        extra={"model_name": args.model})
+
+
+def _default_device() -> str:
+    from scalelab.runner.devices import default_device
+
+    return default_device()
+
+
+def run(args, progress=None):
+    """Train the layout; the result (run.json's content; ``{}`` on a torchrun rank > 0)."""
+    from scalelab.runner.parallel_run import run_parallel
+
+    cfg = config_from_args(args)
+    out = args.out
+    ranks_path = None
+    if out:
+        from pathlib import Path
+
+        o = Path(out)
+        ranks_path = o.with_name(o.stem + ".ranks.jsonl")
+    return cfg, run_parallel(cfg, progress=progress, ranks_path=ranks_path,
+                             launcher=args.launcher)
+
+
+def summary_line(result: dict) -> str:
+    s = result["split"]
+    parts = [f"{k.removesuffix('_s')} {v * 1e3:.1f} ms" for k, v in s.items()
+             if k.endswith("_s") and v is not None]
+    loss = result["losses"][-1] if result["losses"] else float("nan")
+    return (f"{result['layout']}: step {result['steps']['step_s']['median'] * 1e3:.1f} ms "
+            f"({', '.join(parts)}), tokens/s {result['tokens_per_s']:.0f}, last loss "
+            f"{loss:.4f}, final_param_checksum {result['final_param_checksum']:.10g}")
