@@ -28,17 +28,20 @@ class Efficiency:
     matmul: float = 0.62        # of the dense tensor peak at the precision
     attention: float = 0.45     # fused attention's FLOPs, of the same peak
     memory: float = 0.70        # of the memory bandwidth (norms, element-wise, softmax, loss)
-    layer_s: float = 0.0        # per layer per pass (launches, gaps)
+    layer_s: float = 0.0        # the host's time to issue one layer's pass (launches)
     comm: float = 0.80          # of a link's bandwidth a collective reaches
     overlap: float = 1.0        # of the data-parallel exchange hidden behind backward
+    step_s: float = 0.0         # fixed time per optimizer step (the framework's own)
+    collective_s: float = 0.0   # per latency-bound step of a tensor-parallel ring
 
     def __post_init__(self):
         for k in ("matmul", "attention", "memory", "comm", "overlap"):
             v = getattr(self, k)
             if not 0.0 < v <= 1.0 and not (k == "overlap" and v == 0.0):
                 raise ValueError(f"efficiency {k} must be in (0, 1], got {v!r}")
-        if self.layer_s < 0:
-            raise ValueError(f"layer_s must be >= 0, got {self.layer_s!r}")
+        for k in ("layer_s", "step_s", "collective_s"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"{k} must be >= 0, got {getattr(self, k)!r}")
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}

@@ -46,25 +46,51 @@ SMS = {"A100-SXM-40GB": 108, "A100-SXM-80GB": 108, "A100-PCIE-40GB": 108,
        "A100-PCIE-80GB": 108, "H100-SXM": 132, "H100-PCIE": 114, "H200": 132}
 
 
+Work = tuple[float, float, float, float]
+"""Seconds at full efficiency by class: (matrix products at the tensor peak, fused
+attention at the same peak, memory-bound bytes at the memory bandwidth) and the layer
+passes the host issues. The device's time is ``Work[:3] . (1/e_matmul, 1/e_attention,
+1/e_memory)``, the host's ``Work[3] x layer_s``; the work takes the longer of the two (the
+device cannot run what the host has not issued: :func:`scalelab.theory.roofline.
+step_with_host_s`). Each side is linear in its factors, so a fit is least squares once each
+row's side is known (:mod:`scalelab.plan.lm.fit`)."""
+
+
+def device_s(work: Work, eff: Efficiency) -> float:
+    """The device's seconds for ``work`` at ``eff``'s fractions."""
+    return work[0] / eff.matmul + work[1] / eff.attention + work[2] / eff.memory
+
+
+def host_s(work: Work, eff: Efficiency) -> float:
+    """The host's seconds to issue ``work``'s layer passes."""
+    return work[3] * eff.layer_s
+
+
+def add(*works: Work) -> Work:
+    return tuple(sum(w[i] for w in works) for i in range(4))
+
+
+def scale(k: float, w: Work) -> Work:
+    return (k * w[0], k * w[1], k * w[2], k * w[3])
+
+
 @dataclass(frozen=True)
-class LayerTimes:
-    """One layer on one tensor rank, one micro-batch: seconds per pass."""
+class LayerWork:
+    """One layer on one tensor rank, one micro-batch, by pass."""
 
-    forward_s: float
-    backward_s: float
-    attention_fwd_s: float  # the attention core's forward (what selective recomputation reruns)
-    flops_forward: float    # FLOPs of one forward
+    forward: Work
+    backward: Work
+    attention_forward: Work  # the attention core (what selective recomputation reruns)
+    flops_forward: float     # FLOPs of one forward
 
 
 @dataclass(frozen=True)
-class EndTimes:
-    """The parts outside the blocks, one micro-batch: embedding (stage 0), head and loss
-    (last stage)."""
+class EndWork:
+    """The parts outside the blocks, one micro-batch: the embedding (stage 0), the head
+    and the loss (last stage), forward + backward each."""
 
-    embed_fwd_s: float
-    embed_bwd_s: float
-    head_fwd_s: float
-    head_bwd_s: float
+    embedding: Work
+    head: Work
 
 
 def value_bytes(precision: str) -> float:
@@ -74,8 +100,8 @@ def value_bytes(precision: str) -> float:
 
 
 def peak_flops(device: str, precision: str) -> float:
-    """The device's dense peak for the matrix products at ``precision`` (fp8: the bf16 peak
-    doubled where the catalog gives no fp8 figure is *not* assumed: bf16's is used)."""
+    """The device's dense peak for the matrix products at ``precision`` (fp8: the bf16
+    peak, until the catalog gives an fp8 figure)."""
     dev = hardware.device(device)
     p = "bf16" if precision == "fp8" else precision
     peak = dev.peak_flops(p)
@@ -84,20 +110,31 @@ def peak_flops(device: str, precision: str) -> float:
     return peak
 
 
+#: output tiles cuBLAS chooses among, with the time a smaller tile costs per FLOP relative
+#: to 128 x 128 (less reuse per load; round figures, the fit scales them all)
+TILES = ((128, 128, 1.0), (128, 64, 1.25), (64, 64, 1.8))
+
+
 def _wave(m: float, n: float, sms: int | None) -> float:
-    """Wave-quantization factor >= 1 of an m x n output (module docstring)."""
+    """Wave- and tile-quantization factor >= 1 of an m x n output (module docstring): the
+    best of :data:`TILES`, as cuBLAS's heuristics pick a smaller tile where a large one
+    leaves multiprocessors idle."""
     if not sms:
         return 1.0
-    tiles = math.ceil(m / TILE) * math.ceil(n / TILE)
-    waves = math.ceil(tiles / sms)
-    pad_m, pad_n = math.ceil(m / TILE) * TILE, math.ceil(n / TILE) * TILE
-    return waves * sms / tiles * (pad_m * pad_n) / (m * n)
+    best = math.inf
+    for a, b, cost in TILES:
+        tm, tn = math.ceil(m / a), math.ceil(n / b)
+        tiles = tm * tn
+        waves = math.ceil(tiles / sms)
+        best = min(best, cost * waves * sms * a * b / (m * n))
+    return max(1.0, best)
 
 
-def _matmul_s(m: float, k: float, n: float, peak: float, e: float, sms: int | None
-              ) -> tuple[float, float]:
-    """(forward, backward) seconds of an m x k by k x n product and its two gradients."""
-    f = 2.0 * m * k * n / (peak * e)
+def _matmul(m: float, k: float, n: float, peak: float, sms: int | None
+            ) -> tuple[float, float]:
+    """(forward, backward) seconds at the peak of an m x k by k x n product and its two
+    gradients (the input's m x k, the weight's k x n)."""
+    f = 2.0 * m * k * n / peak
     return f * _wave(m, n, sms), f * (_wave(m, k, sms) + _wave(k, n, sms))
 
 
@@ -113,73 +150,66 @@ def _layer_products(cfg, tp: int) -> list[tuple[int, int]]:
 
 
 @lru_cache(maxsize=65536)
-def layer_times(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
-                precision: str, device: str, eff: Efficiency, fused_attention: bool = True
-                ) -> LayerTimes:
-    """Forward and backward seconds of one block (module docstring), cached."""
+def layer_work(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
+               precision: str, device: str, fused_attention: bool = True) -> LayerWork:
+    """The work of one block by pass (module docstring), cached."""
     dev = hardware.device(device)
     peak = peak_flops(device, precision)
-    bw = dev.memory_bandwidth_Bps * eff.memory
+    bw = dev.memory_bandwidth_Bps
     sms = SMS.get(dev.name)
     w = value_bytes(precision)
     m = batch * seq
-    fwd = bwd = flops = 0.0
+    mm_f = mm_b = flops = 0.0
     for k, n in _layer_products(cfg, tp):
-        a, b = _matmul_s(m, k, n, peak, eff.matmul, sms)
-        fwd, bwd = fwd + a, bwd + b
+        a, b = _matmul(m, k, n, peak, sms)
+        mm_f, mm_b = mm_f + a, mm_b + b
         flops += 2.0 * m * k * n
     h_loc, heads_loc = cfg.hidden / tp, cfg.heads / tp
+    at_f = at_b = mem_f = mem_b = 0.0
     if fused_attention:
         af = 2.0 * batch * seq * seq * h_loc          # 4 b s^2 h, halved by the mask
-        attn = af / (peak * eff.attention)
-        fwd += attn
-        bwd += 2.5 * af / (peak * eff.attention)
-        flops += af
+        at_f, at_b = af / peak, 2.5 * af / peak
+        attn_fwd = (0.0, at_f, 0.0, 0.0)
     else:
-        af = 4.0 * batch * seq * seq * h_loc
-        attn = af / (peak * eff.matmul) + batch * heads_loc * seq * seq * 2 * w / bw
-        fwd += af / (peak * eff.matmul)
-        bwd += 2.0 * af / (peak * eff.matmul)
-        flops += af
+        af = 4.0 * batch * seq * seq * h_loc          # the whole square
         scores = batch * heads_loc * seq * seq
-        fwd += scores * 2 * w / bw                    # read the scores, write the softmax
-        bwd += scores * 3 * w / bw                    # read softmax and its gradient, write
-    # memory-bound: norms and residuals on s/t rows with sequence parallelism
-    rows = m / tp if sequence_parallel else m
-    hw = rows * cfg.hidden * w
-    fwd += (2 * 2 * hw + 2 * 3 * hw) / bw             # 2 norms (r+w), 2 residual adds
-    bwd += (2 * 4 * hw + 2 * 2 * hw) / bw
+        mm_f, mm_b = mm_f + af / peak, mm_b + 2.0 * af / peak
+        mem_f, mem_b = scores * 2 * w / bw, scores * 3 * w / bw  # softmax (r+w), its grad
+        attn_fwd = (af / peak, 0.0, mem_f, 0.0)
+    flops += af
+    # memory-bound: 2 norms (read, write) and 2 residual adds (2 reads, a write), on s/t
+    # rows with sequence parallelism
+    hw = (m / tp if sequence_parallel else m) * cfg.hidden * w
+    mem_f += (2 * 2 * hw + 2 * 3 * hw) / bw
+    mem_b += (2 * 4 * hw + 2 * 2 * hw) / bw
     fw = m * (cfg.ffn / tp) * w
     if cfg.style == "gpt2":
-        fwd, bwd = fwd + 2 * fw / bw, bwd + 3 * fw / bw   # GELU
+        mem_f, mem_b = mem_f + 2 * fw / bw, mem_b + 3 * fw / bw   # GELU
     else:
-        fwd, bwd = fwd + 3 * fw / bw, bwd + 5 * fw / bw   # SiLU x up
+        mem_f, mem_b = mem_f + 3 * fw / bw, mem_b + 5 * fw / bw   # SiLU(gate) x up
         qk = m * (cfg.hidden + cfg.kv_dim) / tp * w
-        fwd, bwd = fwd + 2 * qk / bw, bwd + 2 * qk / bw   # rotary on q and k
-    return LayerTimes(fwd + eff.layer_s, bwd + 2.0 * eff.layer_s, attn, flops)
+        mem_f, mem_b = mem_f + 2 * qk / bw, mem_b + 2 * qk / bw   # rotary on q and k
+    return LayerWork((mm_f, at_f, mem_f, 1.0), (mm_b, at_b, mem_b, 2.0), attn_fwd, flops)
 
 
 @lru_cache(maxsize=65536)
-def end_times(cfg, seq: int, batch: int, tp: int, precision: str, device: str,
-              eff: Efficiency) -> EndTimes:
+def end_work(cfg, seq: int, batch: int, tp: int, precision: str, device: str) -> EndWork:
     """Embedding, vocabulary head and cross-entropy of one micro-batch (vocabulary-
-    parallel over t ranks), cached."""
+    parallel over t ranks), forward + backward, cached."""
     dev = hardware.device(device)
     peak = peak_flops(device, precision)
-    bw = dev.memory_bandwidth_Bps * eff.memory
-    sms = SMS.get(dev.name)
+    bw = dev.memory_bandwidth_Bps
     w = value_bytes(precision)
     m = batch * seq
-    emb = m * cfg.hidden * w / bw
-    hf, hb = _matmul_s(m, cfg.hidden, math.ceil(cfg.vocab / tp), peak, eff.matmul, sms)
+    emb = 3.0 * m * cfg.hidden * w / bw               # gather, and its scatter-add
+    hf, hb = _matmul(m, cfg.hidden, math.ceil(cfg.vocab / tp), peak, SMS.get(dev.name))
     logits = m * cfg.vocab / tp
-    loss_f = logits * (w + 4.0 + 4.0) / bw           # read, upcast to fp32, softmax
-    loss_b = logits * (4.0 + w) / bw                 # the logits' gradient
-    return EndTimes(emb, 2.0 * emb, hf + loss_f + eff.layer_s, hb + loss_b + eff.layer_s)
+    loss = logits * (w + 4.0 + 4.0 + 4.0 + w) / bw    # upcast, softmax; the gradient
+    return EndWork((0.0, 0.0, emb, 2.0), (hf + hb, 0.0, loss, 3.0))
 
 
-def optimizer_s(params_on_rank: float, device: str, eff: Efficiency,
-                bytes_per_param: float = 28.0) -> float:
+def optimizer_work(params_on_rank: float, device: str, bytes_per_param: float = 28.0
+                   ) -> Work:
     """AdamW over the rank's parameters: memory-bound, ``bytes_per_param`` each."""
     dev = hardware.device(device)
-    return params_on_rank * bytes_per_param / (dev.memory_bandwidth_Bps * eff.memory)
+    return (0.0, 0.0, params_on_rank * bytes_per_param / dev.memory_bandwidth_Bps, 0.0)

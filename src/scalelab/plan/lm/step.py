@@ -122,10 +122,20 @@ class LMStep:
 
 
 def _link(group: int, stride: int, target: LMTarget) -> float:
-    """Bandwidth of a group of ``group`` ranks ``stride`` apart: inside a node when the
-    group's span fits one, else the NIC share."""
-    return (target.intra_node_Bps if group * stride <= target.gpus_per_node
-            else target.inter_node_Bps)
+    """Per-direction bandwidth a ring of ``group`` ranks ``stride`` apart reaches.
+
+    Inside a node (the group's span fits one): the GPU-to-GPU link. Across nodes, NCCL runs
+    one ring per NIC and each ring enters a node once: with ``g`` of the group's ranks on
+    each of its ``n`` nodes, a rank's ``(N-1)/N S`` bytes take as long as the node's
+    ``(n-1)/n S`` over its ``g`` NIC shares, so the ring reaches ``g B_nic (N-1)/N /
+    ((n-1)/n)``, capped by the GPU-to-GPU link (the ring's in-node hops).
+    """
+    if group <= 1 or group * stride <= target.gpus_per_node:
+        return target.intra_node_Bps
+    g = max(1, target.gpus_per_node // stride)
+    n = group / g
+    ratio = ((group - 1) / group) / ((n - 1) / n)
+    return min(target.intra_node_Bps, g * target.inter_node_Bps * ratio)
 
 
 @lru_cache(maxsize=4096)
@@ -139,19 +149,103 @@ def _fit(stack: str, device: str) -> tuple[lm_fit.Efficiency, tuple[float, float
     return f.efficiency, f.band, note
 
 
-@lru_cache(maxsize=65536)
-def _micro_batch(cfg, seq, b, tp, sp, recompute, precision, device, eff, fused, pp, vpp):
-    """(stage seconds per micro-batch, its last backward, layers per stage, FLOPs)."""
-    lt = lmc.layer_times(cfg, seq, b, tp, sp, precision, device, eff, fused)
-    ends = lmc.end_times(cfg, seq, b, tp, precision, device, eff)
+@dataclass(frozen=True)
+class Terms:
+    """A step's parts before the fitted factors apply (:mod:`scalelab.plan.lm.fit` fits
+    on them): compute as :data:`~scalelab.plan.lm.compute.Work`, communication as seconds
+    at the link's full bandwidth plus latency."""
+
+    micro_batch: lmc.Work      # one micro-batch on the busiest stage
+    last_backward: lmc.Work    # the last micro-batch's backward (what the exchange hides in)
+    micro_batches: int
+    bubble: float              # the pipeline's bubble fraction
+    tp_s: float                # per micro-batch, all its layers, at full bandwidth
+    tp_latency_s: float
+    tp_steps: float            # latency-bound ring steps of those collectives
+    p2p_s: float
+    p2p_latency_s: float
+    dp_s: float                # the exchange at full bandwidth (ZeRO-3: per micro-batch)
+    dp_latency_s: float
+    dp_per_micro_batch: bool   # ZeRO-3 gathers and scatters every micro-batch
+    optimizer: lmc.Work
+    rank_params: float
+
+
+def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMTarget,
+          stack: str = "pytorch") -> Terms:
+    """The step's parts (module docstring) with no fitted factor applied."""
+    st = STACKS[stack]
+    prec, w = lay.precision, lmc.value_bytes(lay.precision)
+    b, m, tp, pp = lay.micro_batch, lay.accumulation, lay.tp, lay.pp
+    seq = seq_len // lay.cp
+    lw = lmc.layer_work(cfg, seq, b, tp, lay.sequence_parallel, prec, target.device,
+                        st["fused_attention"])
+    ends = lmc.end_work(cfg, seq, b, tp, prec, target.device)
     layers = math.ceil(cfg.layers / pp)
-    rec = {"full": lt.forward_s, "selective": lt.attention_fwd_s}.get(recompute, 0.0)
-    body = layers * (lt.forward_s + lt.backward_s + rec)
-    first = ends.embed_fwd_s + ends.embed_bwd_s
-    last = ends.head_fwd_s + ends.head_bwd_s
-    stage = body + (first + last if pp == 1 else max(first, last))
-    bwd = layers * (lt.backward_s + rec) + (ends.head_bwd_s if pp == 1 else 0.0)
-    return stage, bwd / vpp, layers
+    rec = {"full": lw.forward, "selective": lw.attention_forward}.get(
+        lay.recompute, (0.0, 0.0, 0.0, 0.0))
+    body = lmc.scale(layers, lmc.add(lw.forward, lw.backward, rec))
+    edge = (lmc.add(ends.embedding, ends.head) if pp == 1 else
+            max(ends.embedding, ends.head, key=lambda x: x[0] + x[2]))
+    mb = lmc.add(body, edge)
+    last_bwd = lmc.scale(1.0 / lay.vpp, lmc.scale(layers, lmc.add(lw.backward, rec)))
+    lat = target.latency_s
+    n_tp = par.tp_collectives_per_layer(lay.recompute)
+    tp_s = layers * par.tp_layer_s(b, seq, cfg.hidden, tp, _link(tp, 1, target), 0.0,
+                                   value_bytes=w, sequence_parallel=lay.sequence_parallel,
+                                   recompute=lay.recompute)
+    # a ring all-reduce (or all-gather + reduce-scatter) takes 2 (t-1) latency-bound steps
+    tp_steps = layers * n_tp * 2 * (tp - 1) if tp > 1 else 0
+    tp_lat = tp_steps * lat
+    if lay.cp > 1:
+        tp_s += layers * par.cp_ring_s(b, seq_len, cfg.kv_dim, lay.cp,
+                                       _link(lay.cp, tp, target), 0.0, w)
+        tp_lat += layers * 3 * (lay.cp - 1) * lat
+    p2p_bw = _link(pp, lay.gpus // pp, target) if pp > 1 else 1.0
+    p2p_s = par.pp_p2p_s(b, seq, cfg.hidden, pp, m, p2p_bw, 0.0, value_bytes=w, tp=tp,
+                         sequence_parallel=lay.sequence_parallel, vpp=lay.vpp)
+    p2p_lat = 2.0 * (lay.vpp * pp - 1) * lat if pp > 1 else 0.0
+    first, last = lmm.stage_params(cfg, pp)
+    rank_params = max(first, last) / tp
+    dp_s = dp_lat = 0.0
+    if lay.dp > 1:
+        bw = _link(lay.dp, tp * lay.cp, target)
+        frac = (lay.dp - 1) / lay.dp
+        if lay.zero == 3:
+            dp_s = (2.0 * w + st["grad_bytes"]) * frac * rank_params / bw
+            dp_lat = 3 * (lay.dp - 1) * lat
+        else:
+            dp_s = zero.exchange_s(rank_params, lay.dp, lay.layout, bw, 0.0,
+                                   param_bytes_per_param=w,
+                                   grad_bytes_per_param=st["grad_bytes"])
+            dp_lat = (3 if lay.zero == 3 else 2) * (lay.dp - 1) * lat
+    opt = lmc.optimizer_work(rank_params / (lay.dp if lay.zero >= 1 else 1), target.device)
+    return Terms(mb, last_bwd, m, par.bubble_fraction(pp, m, lay.schedule, lay.vpp), tp_s,
+                 tp_lat, tp_steps, p2p_s, p2p_lat, dp_s, dp_lat, lay.zero == 3, opt, rank_params)
+
+
+def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
+    """(compute, tp, bubble, p2p, dp exposed, optimizer + fixed, step) seconds of ``t`` at
+    ``eff``. A micro-batch takes the longer of the device's time (its compute and its
+    tensor-parallel collectives' bytes, in one stream) and the host's time to issue its
+    layer passes, plus a fitted time per latency-bound ring step of those collectives
+    (each waits for every rank of the group, the ranks' hosts as much as their devices).
+    The tensor-parallel term is what the collectives add beyond the compute."""
+    dev = lmc.device_s(t.micro_batch, eff)
+    host = lmc.host_s(t.micro_batch, eff)
+    tp_bytes = t.tp_s / eff.comm + t.tp_latency_s
+    mb = max(dev + tp_bytes, host) + t.tp_steps * eff.collective_s
+    compute = t.micro_batches * max(dev, host)
+    tp = t.micro_batches * mb - compute
+    bubble = t.bubble * t.micro_batches * mb
+    p2p = t.p2p_s / eff.comm + t.p2p_latency_s
+    x = t.dp_s / eff.comm + t.dp_latency_s
+    if t.dp_per_micro_batch:
+        dp = t.micro_batches * max(0.0, x - eff.overlap * mb)
+    else:
+        dp = par.dp_exposed_s(x, lmc.device_s(t.last_backward, eff), eff.overlap)
+    opt = lmc.device_s(t.optimizer, eff) + eff.step_s
+    return compute, tp, bubble, p2p, dp, opt, compute + tp + bubble + p2p + dp + opt
 
 
 def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
@@ -165,38 +259,12 @@ def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
         raise ValueError(f"{lay.describe()} needs {lay.gpus} GPUs; the target has "
                          f"{target.gpus}")
     eff, band, fit_note = _fit(stack, target.device)
-    st = STACKS[stack]
-    prec = lay.precision
-    w = lmc.value_bytes(prec)
-    b, m, tp, pp = lay.micro_batch, lay.accumulation, lay.tp, lay.pp
-    seq_loc = seq_len // lay.cp if lay.cp > 1 else seq_len
-    stage_s, last_bwd_s, layers = _micro_batch(
-        cfg, seq_loc, b, tp, lay.sequence_parallel, lay.recompute, prec, target.device,
-        eff, st["fused_attention"], pp, lay.vpp)
-    lat = target.latency_s
-    tp_layer = par.tp_layer_s(b, seq_loc, cfg.hidden, tp, _link(tp, 1, target) * eff.comm,
-                              lat, value_bytes=w, sequence_parallel=lay.sequence_parallel,
-                              recompute=lay.recompute)
-    cp_layer = par.cp_ring_s(b, seq_len, cfg.kv_dim, lay.cp, _link(lay.cp, tp, target)
-                             * eff.comm, lat, w) if lay.cp > 1 else 0.0
-    mb_s = stage_s + layers * max(0.0, cp_layer - 0.0)
-    compute_s = m * mb_s
-    tp_comm_s = m * layers * tp_layer
-    bubble = par.bubble_fraction(pp, m, lay.schedule, lay.vpp) * (compute_s + tp_comm_s)
-    p2p_bw = _link(pp, lay.gpus // pp, target) * eff.comm if pp > 1 else 1.0
-    p2p = par.pp_p2p_s(b, seq_loc, cfg.hidden, pp, m, p2p_bw, lat, value_bytes=w, tp=tp,
-                       sequence_parallel=lay.sequence_parallel, vpp=lay.vpp)
-    first, last = lmm.stage_params(cfg, pp)
-    rank_params = max(first, last) / tp
-    dp_s = _dp_exposed(rank_params, lay, target, eff, st["grad_bytes"], mb_s, last_bwd_s)
-    opt_params = rank_params / (lay.dp if lay.zero >= 1 else 1)
-    opt_s = lmc.optimizer_s(opt_params, target.device, eff)
-    step_s = compute_s + tp_comm_s + bubble + p2p + dp_s + opt_s
+    compute_s, tp_s, bubble, p2p, dp_s, opt_s, step_s = step_seconds(
+        terms(cfg, lay, seq_len, target, stack), eff)
     tokens_per_s = lay.global_batch * seq_len / step_s
+    prec = lay.precision
     peak = lmc.peak_flops(target.device, prec)
-    n = cfg.non_embedding_params()
-    model_f = lm_theory.flops_per_token(n, cfg.layers, cfg.hidden, seq_len)
-    hw_f = lm_theory.hfu_flops_per_token(n, cfg.layers, cfg.hidden, seq_len, lay.recompute)
+    model_f, hw_f = _flops(cfg, seq_len, lay.recompute)
     mem = lmm.memory_per_gpu(cfg, lay, seq_len)
     usable = target.memory_bytes * target.memory_margin
     notes = (f"MFU: 6N + 12 L h s = {model_f:.4g} FLOPs per token (N without the "
@@ -205,28 +273,14 @@ def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
              fit_note,
              f"memory: model state at {lmm.state_scheme(prec)} bytes per parameter, "
              f"Korthikanti et al. 2022 activations x {lay.recompute} recomputation")
-    return LMStep(cfg, lay, seq_len, compute_s, tp_comm_s, bubble, p2p, dp_s, step_s,
+    return LMStep(cfg, lay, seq_len, compute_s, tp_s, bubble, p2p, dp_s, step_s,
                   tokens_per_s, tokens_per_s * model_f / (lay.gpus * peak),
                   tokens_per_s * hw_f / (lay.gpus * peak), mem.total, mem.to_dict(),
                   mem.total <= usable, band, notes, opt_s, stack)
 
 
-def _dp_exposed(rank_params: float, lay: ParallelLayout, target: LMTarget, eff,
-                grad_bytes: float, mb_s: float, last_bwd_s: float) -> float:
-    """The data-parallel exchange left on the step (module docstring)."""
-    if lay.dp <= 1:
-        return 0.0
-    stride = lay.tp * lay.cp
-    bw = _link(lay.dp, stride, target) * eff.comm
-    lat = target.latency_s
-    pb = lmc.value_bytes(lay.precision)
-    if lay.zero == 3:
-        # FSDP: per micro-batch, all-gather in forward and in backward (16-bit), reduce-
-        # scatter of the gradients; prefetched behind the micro-batch's compute
-        gather = 2.0 * (lay.dp - 1) / lay.dp * rank_params * pb / bw
-        scatter = (lay.dp - 1) / lay.dp * rank_params * grad_bytes / bw
-        per_mb = gather + scatter + 3 * (lay.dp - 1) * lat
-        return lay.accumulation * max(0.0, per_mb - eff.overlap * mb_s)
-    x = zero.exchange_s(rank_params, lay.dp, lay.layout, bw, lat,
-                        param_bytes_per_param=pb, grad_bytes_per_param=grad_bytes)
-    return par.dp_exposed_s(x, last_bwd_s, eff.overlap)
+@lru_cache(maxsize=4096)
+def _flops(cfg, seq_len: int, recompute: str) -> tuple[float, float]:
+    n = cfg.non_embedding_params()
+    return (lm_theory.flops_per_token(n, cfg.layers, cfg.hidden, seq_len),
+            lm_theory.hfu_flops_per_token(n, cfg.layers, cfg.hidden, seq_len, recompute))
