@@ -29,12 +29,17 @@ def add_lm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=positive_int, metavar="S",
                    help="tokens per sequence (default: the workload's, else the model's "
                         "positions)")
-    g.add_argument("--global-batch", type=positive_int, metavar="G",
-                   help="sequences per optimizer step (default: about 4M tokens)")
+    have = p._option_string_actions  # options the data-parallel plan defines too
+    if "--global-batch" not in have:
+        g.add_argument("--global-batch", type=positive_int, metavar="G",
+                       help="sequences per optimizer step (default: about 4M tokens)")
     g.add_argument("--micro-batch", type=positive_int, metavar="m",
                    help="sequences per GPU per forward (default: searched)")
-    g.add_argument("--recompute", choices=["none", "selective", "full"],
-                   help="activation recomputation (default: searched)")
+    if "--recompute" not in have:
+        g.add_argument("--recompute", choices=["none", "selective", "full"],
+                       help="activation recomputation (default: searched)")
+    elif "selective" not in have["--recompute"].choices:  # a language model's third way
+        have["--recompute"].choices = ["none", "selective", "full"]
     g.add_argument("--tp", type=positive_int, metavar="T", help="tensor-parallel degree")
     g.add_argument("--pp", type=positive_int, metavar="P", help="pipeline stages")
     g.add_argument("--vpp", type=positive_int, metavar="V",
@@ -159,8 +164,8 @@ def run_lm(args, overrides: dict) -> int:
     return 0
 
 
-LM_ONLY = ("seq_len", "global_batch", "micro_batch", "recompute", "tp", "pp", "vpp", "cp",
-           "schedule", "sequence_parallel", "tokens")
+LM_ONLY = ("seq_len", "micro_batch", "tp", "pp", "vpp", "cp", "schedule",
+           "sequence_parallel", "tokens")
 
 
 def lm_only_options(args) -> None:
@@ -172,6 +177,8 @@ def lm_only_options(args) -> None:
         given.append("objective")
     if args.precision == "fp8":
         given.append("precision fp8")
+    if args.recompute == "selective":
+        given.append("recompute selective")
     if given:
         names = ", ".join("--" + k.replace("_", "-") for k in given)
         raise UsageError(f"{names}: for a language model (--model NAME, or a workload file "
