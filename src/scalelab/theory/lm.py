@@ -19,8 +19,8 @@ m x k by a k x n matrix costing 2 m k n):
   (its benchmark table's numparams, embedding included): :func:`llmfoundry_flops_per_token`.
   Megatron-LM (Narayanan et al. 2021, eq. 3) counts per iteration of B sequences
   ``96 B s L h^2 (1 + s / 6h + V / 16 L h)``, which *includes* full recomputation's second
-  forward (4 passes x 24 B s L h^2) and assumes f = 4h: :func:`megatron_flops_per_iteration`
-  (72 instead of 96 without recomputation).
+  forward of the layers (4 passes x 24 B s L h^2; the head 3) and assumes f = 4h:
+  :func:`megatron_flops_per_iteration`.
 
 Hardware FLOPs (HFU) add what recomputation runs again: full recomputation a second forward
 (2 N + 4 L h s per token), selective recomputation (Korthikanti et al. 2022) only the
@@ -78,15 +78,18 @@ def megatron_flops_per_iteration(batch: int, seq: int, layers: int, hidden: int,
 
     Per layer forward: 24 B s h^2 (the four h x h-sized products with f = 4h: q k v 6, out
     2, MLP 16, times B s) + 4 B s^2 h (attention); the head 2 B s h V. With full
-    recomputation each is run 4 times (forward, forward again, backward x 2): 96; without,
-    3 times: 72.
+    recomputation each layer runs 4 times (forward, forward again, backward x 2): 96; the
+    head's ``V / 16 L h`` term gives ``6 B s h V``, its 3 passes (it is not recomputed).
+    Without recomputation: ``72 B s L h^2 (1 + s / 6h) + 6 B s h V`` (3 passes of
+    everything).
     """
     for k, v in (("batch", batch), ("seq", seq), ("layers", layers), ("hidden", hidden),
                  ("vocab", vocab)):
         _pos(k, v)
-    k = 96.0 if recompute else 72.0
-    return (k * batch * seq * layers * hidden ** 2
-            * (1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden)))
+    bslh2 = batch * seq * layers * hidden ** 2
+    if recompute:
+        return 96.0 * bslh2 * (1.0 + seq / (6.0 * hidden) + vocab / (16.0 * layers * hidden))
+    return 72.0 * bslh2 * (1.0 + seq / (6.0 * hidden)) + 6.0 * batch * seq * hidden * vocab
 
 
 def hfu_flops_per_token(non_embedding_params: float, layers: int, hidden: int, seq: int,
