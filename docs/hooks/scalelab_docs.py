@@ -85,7 +85,9 @@ def parser_markdown(command: str, parser: argparse.ArgumentParser, summary: str)
         lines += [_cell(summary).rstrip(".") + ".", ""]
     if parser.description:
         lines += [_cell(parser.description), ""]
-    usage = parser.format_usage().strip().removeprefix("usage: ")
+    # argparse aligns the continuation lines under "usage: PROG": drop the prefix's width
+    first, *rest = parser.format_usage().strip().removeprefix("usage: ").splitlines()
+    usage = "\n".join([first, *(line.removeprefix(" " * len("usage: ")) for line in rest)])
     lines += ["```text", usage, "```", ""]
     rows = []
     for action in parser._actions:
@@ -148,20 +150,21 @@ def catalog_markdown() -> str:
     out = ["## Devices", "",
            "Dense peak TFLOPS per precision (blank: no such path, never guessed), memory, "
            "memory bandwidth, the node they usually come in.", "",
-           "| name | aliases | generation | FP32 | TF32 | BF16 | FP16 | memory GiB | "
-           "memory GB/s | intra-node link | platform |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| name | generation | FP32 | TF32 | BF16 | FP16 | memory GiB | memory GB/s "
+           "| intra-node link | platform |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for name, d in cat.devices.items():
         mem = None if d.memory_bytes is None else d.memory_bytes / 2**30
         bw = None if d.memory_bandwidth_Bps is None else d.memory_bandwidth_Bps / 1e9
         out.append(
-            f"| `{name}` | {_cell(', '.join(d.aliases))} | {d.generation or ''} "
+            f"| `{name}` | {d.generation or ''} "
             f"| {_num(d.fp32_tflops)} | {_num(d.tf32_tflops)} | {_num(d.bf16_tflops)} "
             f"| {_num(d.fp16_tflops)} | {_num(mem, '{:.0f}')} | {_num(bw, '{:.0f}')} "
             f"| {d.intra_node or ''} | {_cell(d.platform or '')} |")
-    out += ["", "### Device sources", ""]
+    out += ["", "### Device names and sources", ""]
     for name, d in cat.devices.items():
-        out.append(f"- **{name}**: {_source(d.source)}")
+        also = f" (also {_cell(', '.join(d.aliases))})" if d.aliases else ""
+        out.append(f"- **{name}**{also}: {_source(d.source)}")
         for label, text in (("platform", d.platform_source), ("host link", d.host_link_source)):
             if text:
                 out.append(f"    - {label}: {_source(text)}")
