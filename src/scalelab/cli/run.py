@@ -23,6 +23,9 @@ EPILOG = """examples:
   scalelab run resnet18 --workers 2 --ps 1 --checkpoint-dir ckpt --checkpoint-every 10 --resume
   torchrun --nnodes 2 --nproc-per-node 2 --node-rank 0 --master-addr HOST --master-port 29500 \\
       -m scalelab run resnet18 --workers 2 --ps 2 --colocate --launcher torchrun
+  scalelab run llama3-8b --layers 4 --seq-len 64 --workers 4 --tp 2 --pp 2 \\
+      --accumulation-steps 4 --batch-size 1
+  scalelab run gpt2 --layers 4 --seq-len 64 --workers 4 --tp 2 --architecture fsdp
 
 ranks: workers are ranks 0..W-1 and servers W..W+P-1; with --colocate they alternate
 (worker 0, server 0, worker 1, server 1, ...) so server k runs beside worker k.
@@ -31,6 +34,7 @@ ranks: workers are ranks 0..W-1 and servers W..W+P-1; with --colocate they alter
 
 def register(subparsers) -> None:
     from scalelab.cli import HelpFormatter
+    from scalelab.cli._run_parallel import add_parallel_options
 
     p = subparsers.add_parser(
         "run", help="train data-parallel for real (parameter servers or all-reduce) and measure",
@@ -39,6 +43,7 @@ def register(subparsers) -> None:
         "parameter servers (sync or async) or DDP, timing every phase of the step.",
         epilog=EPILOG, formatter_class=HelpFormatter)
     add_workload_options(p)
+    add_parallel_options(p)  # --tp, --pp, --vpp, --schedule, --sequence-parallel, --cp
     p.add_argument("--workers", type=int, required=True, metavar="W", help="data-parallel workers")
     p.add_argument("--ps", type=int, default=None, metavar="P",
                    help="parameter servers (default 1, or W with --colocate)")
@@ -191,6 +196,10 @@ def run(args) -> int:
         from scalelab.runner.launch import training_environment
 
         os.environ.update(training_environment())
+    from scalelab.cli import _run_parallel
+
+    if _run_parallel.wants_parallel(args):  # a tensor or pipeline layout
+        return _run_parallel.main(args)
     cfg = config_from_args(args)
     out = Path(args.out) if args.out else None
     ranks_path = out.with_name(out.stem + ".ranks.jsonl") if out else None
