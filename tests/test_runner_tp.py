@@ -120,3 +120,56 @@ def test_fsdp_over_dp_times_tp_on_2x2_equals_one_process(tmp_path):
     assert dl < TOL and dp < TOL
     assert result["split"]["dp_exchange_s"] is None  # inside FSDP2's forward/backward
     assert {r["tp"] for r in (p["coords"] for p in result["per_rank"])} == {0, 1}
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--tp", "3", "--workers", "3"], "tensor degree 3 does not divide"),
+    (["--pp", "8", "--workers", "8", "--schedule", "gpipe"],
+     "8 pipeline stages x 1 virtual stages = 8 is more than"),
+    (["--tp", "2", "--pp", "2", "--workers", "6"],
+     "tp 2 x pp 2 x cp 1 = 4 ranks per data-parallel replica "
+     "does not divide --workers 6"),
+    (["--pp", "2", "--vpp", "2", "--schedule", "gpipe", "--workers", "2"],
+     "2 virtual stages need the interleaved schedule, not gpipe"),
+    (["--pp", "2", "--workers", "2"], "a 1f1b pipeline of 2 stages needs at least 2 "
+                                      "micro-batches per step, got 1 (--accumulation-steps"),
+    (["--cp", "2", "--workers", "2"], "--cp 2: context parallelism does not run on the CPU"),
+    (["--tp", "2", "--workers", "2", "--ps", "1"], "--ps is not taken by a tensor or pipeline"),
+])
+def test_bad_layouts_on_the_command_line_are_one_line_exit_2(argv, message, tmp_path, capsys):
+    import json
+
+    from scalelab.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps(_HF_TINY))
+    code = main(["run", f"hf:{tmp_path}", "--seq-len", "16", "--device", "cpu", "--quiet",
+                 *argv, "--out", str(tmp_path / "run.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "run.json").exists()
+
+
+_HF_TINY = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 128, "max_position_embeddings": 64}
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_the_run_command_trains_tp2_and_writes_the_split(tmp_path):
+    import json
+
+    from scalelab.cli import main
+
+    (tmp_path / "config.json").write_text(json.dumps(_HF_TINY))
+    out = tmp_path / "run.json"
+    code = main(["run", f"hf:{tmp_path}", "--seq-len", "16", "--workers", "2", "--tp", "2",
+                 "--batch-size", "2", "--steps", "3", "--warmup-steps", "1", "--lr", "0.1",
+                 "--device", "cpu", "--quiet", "--out", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["schema"] == "scalelab.run/1"
+    assert data["config"]["tp"] == 2 and data["config"]["sequence_parallel"] is True
+    assert set(data["split"]) >= {"compute_s", "tp_comm_s", "pp_bubble_s", "dp_exchange_s"}
+    assert len(data["losses"]) == 3 and data["final_param_checksum"] > 0
