@@ -32,6 +32,15 @@ from scalelab.theory.units import Bps_to_gbps, ceil_div
 
 def batch_reasons(st, notes: Notes) -> None:
     step = format_s(st.measured_step_s)
+    chosen = st.options.target
+    if chosen is not None:  # chosen for the target (scalelab.plan.target): its own reasons
+        where, batch, algo, host = chosen.reasons
+        notes.why("input", where)
+        if st.batch == chosen.batch_size:
+            notes.why("batch", batch)
+        notes.why("algorithm", algo)
+        notes.why("compute", host)
+        return
     if st.options.batch_size:
         notes.why("batch", f"batch_size {st.batch}: as asked; one device's step {step}")
     elif st.inp.source == "profile":
@@ -60,6 +69,11 @@ def target_algorithm(st) -> str | None:
     from scalelab.plan.compute import target_precision
 
     c = st.cluster
+    chosen = st.options.target
+    if chosen is not None and chosen.precision_fixed is None:
+        if chosen.algorithm == "default":
+            return "fp32 (PyTorch's default)"
+        return f"{chosen.algorithm} (chosen for {chosen.device})"
     if c.device is None:
         return st.inp.algorithm
     target = hardware.device(c.device)

@@ -25,23 +25,29 @@ def precision_of(algorithm: str | None) -> str:
     return "fp32"
 
 
-def in_format(ops, inp: PlanInput):
-    """``ops`` in the memory format of the measured configuration: channels_last where its
-    ``algorithm`` names it, else NCHW (PyTorch's default). The target is assumed to train in
-    the same format; under fp16/bf16 autocast NCHW convolutions take their own fitted
-    factors (:func:`scalelab.hardware.curve.roofline_ops`)."""
+def in_format(ops, inp: PlanInput, options: PlanOptions | None = None):
+    """``ops`` in the memory format the target trains in: the plan's choice for the target
+    (``options.target``) where it made one, else the measured configuration's
+    (channels_last where its ``algorithm`` names it, else NCHW, PyTorch's default); under
+    fp16/bf16 autocast NCHW convolutions take their own fitted factors
+    (:func:`scalelab.hardware.curve.roofline_ops`)."""
     from dataclasses import replace
 
     from scalelab.algorithm_names import is_name, parse
 
+    chosen = getattr(options, "target", None)
+    if chosen is not None:
+        return replace(ops, channels_last=chosen.channels_last)
     name = inp.algorithm or "default"
     return replace(ops, channels_last=is_name(name) and "channels_last" in parse(name))
 
 
-def _format_note(ops, precision: str) -> str:
+def _format_note(ops, precision: str, chosen: bool = False) -> str:
     """Which memory format the convolutions were estimated in, where it matters (autocast)."""
     if precision not in ("fp16", "bf16"):
         return ""
+    if chosen:
+        return ", channels_last" if ops.channels_last else ", NCHW"
     return ", channels_last as measured" if ops.channels_last else \
         ", NCHW convolutions as measured (no channels_last in the configuration)"
 
@@ -83,6 +89,8 @@ def target_precision(inp: PlanInput, cluster: Cluster, options: PlanOptions,
     if cluster.precision:
         check_precision_units(target, cluster.precision)
         return cluster.precision, "the cluster file's precision"
+    if options.target is not None:
+        return options.target.precision, f"chosen for {target.name}"
     src = hardware.match_device(inp.device) if inp.device else None
     if src is not None and src.peak_flops("fp32") is not None and inp.algorithm:
         p = precision_of(inp.algorithm)
@@ -121,12 +129,12 @@ def host_s_per_op(inp: PlanInput, target: hardware.Device) -> tuple[float, str]:
     """(the target host's seconds per issued operation, the assumption stated in the plan):
     :func:`carried_host_s_per_op` for ``inp``'s measurement."""
     return carried_host_s_per_op(target, inp.host_s_per_op, inp.source,
-                                 inp.device or "the source")
+                                 inp.device or "the source", inp.host_loaded)
 
 
 def carried_host_s_per_op(target: hardware.Device, measured: float | None = None,
-                          source: str = "workload", measured_on: str = "the source"
-                          ) -> tuple[float, str]:
+                          source: str = "workload", measured_on: str = "the source",
+                          loaded: str | None = None) -> tuple[float, str]:
     """(the target host's seconds per issued operation, the assumption stated in the plan).
 
     In this order:
@@ -141,7 +149,9 @@ def carried_host_s_per_op(target: hardware.Device, measured: float | None = None
       47.1 us per operation, against 27.6 us measured on a 2-core EPYC, puts the three
       host-bound bf16 rows at batch 128 within 3.2-9.6%, where the measured time left them
       32-43% fast;
-    - a profile's measurement;
+    - a profile's measurement, unless it was measured on a loaded machine (``loaded`` says
+      how loaded: :mod:`scalelab.profiler.host`), where a busy core inflates it (69.5 us
+      measured while other work kept both cores here busy, 28 us quiet);
     - the packaged measurement (``reference.toml`` [host]).
 
     Carried to the target's host unchanged, which is an assumption: a faster host issues
@@ -152,6 +162,10 @@ def carried_host_s_per_op(target: hardware.Device, measured: float | None = None
     where_measured = f"as measured where the step was ({measured_on})"
     if measured and source != "profile":
         return measured, _host_line(target, measured, where_measured)
+    if measured and loaded:
+        h, where = fit_and_bands()[0].host_s_per_op(target.name)
+        return h, _host_line(target, h, f"{where}, not the profile's {measured * 1e6:.3g} us: "
+                             f"measured on a loaded machine ({loaded})")
     f = fit_and_bands()[0]
     own = f.own_host_s_per_op(target.name)
     if own is not None:
@@ -180,7 +194,8 @@ def _host_warning(target: hardware.Device, est) -> tuple[str, ...]:
 
 
 def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
-                      target: hardware.Device, precision: str, why: str
+                      target: hardware.Device, precision: str, why: str,
+                      options: PlanOptions | None = None, source_batch: int | None = None
                       ) -> TargetCompute | None:
     """The per-operation roofline estimate (:mod:`scalelab.hardware.estimate`), or None when
     the model's operations cannot be counted (no model named, a model meta tensors cannot
@@ -193,18 +208,23 @@ def _roofline_compute(inp: PlanInput, step_s: float, batch_size: int,
     if not inp.model or batch_size < 2 or target.peak_flops("fp32") is None \
             or target.memory_bandwidth_Bps is None:
         return None
+    spec = WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
+                        num_classes=inp.num_classes)
     try:
-        ops = in_format(step_ops(WorkloadSpec(model=inp.model, input_shape=inp.input_shape,
-                                              num_classes=inp.num_classes), batch_size), inp)
+        ops = in_format(step_ops(spec, batch_size), inp, options)
+        src_ops = (in_format(step_ops(spec, source_batch), inp)
+                   if source_batch not in (None, batch_size) and source_batch >= 2 else None)
     except ValueError:
         return None
     mode = precision
     f, b = fit_and_bands()
     host_s, host_note = host_s_per_op(inp, target)
     est = estimate_step(ops, target.name, mode, source_device=inp.device,
-                        source_step_s=step_s, source_precision=source_precision(inp), f=f, b=b,
+                        source_step_s=step_s, source_ops=src_ops,
+                        source_precision=source_precision(inp), f=f, b=b,
                         host_s_per_op=host_s)
-    how = f"compute estimated for {target.name} ({mode}{_format_note(ops, mode)}: {why}): {est.how}"
+    fmt = _format_note(ops, mode, getattr(options, "target", None) is not None)
+    how = f"compute estimated for {target.name} ({mode}{fmt}: {why}): {est.how}"
     warnings = _host_warning(target, est) + (() if est.source_device and "not used" not in
                                              est.how else (
         f"assumption: {inp.device or 'the source'} is not a GPU in the catalog, so "
@@ -266,7 +286,7 @@ def _conv_peak(device: hardware.Device, precision: str) -> float | None:
 
 
 def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluster,
-                   options: PlanOptions) -> TargetCompute:
+                   options: PlanOptions, source_batch: int | None = None) -> TargetCompute:
     """Compute time on the cluster's device: as measured, or estimated for it.
 
     Estimated, when the model's operations can be counted: a roofline per operation on the
@@ -275,7 +295,9 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
     estimate_step`), with its error band. Otherwise (a workload without a model) scaled by
     peak FLOPS: ``T_target = FLOPs / (peak_target * e)``, with ``e = FLOPs / (T_source *
     peak_source)`` the efficiency measured on the source, or the assumed
-    ``options.default_mfu`` when the source's peak is unknown (a CPU).
+    ``options.default_mfu`` when the source's peak is unknown (a CPU). ``source_batch``:
+    the batch ``step_s`` was measured at, where it is not ``batch_size`` (the plan chose
+    another batch for the target, :mod:`scalelab.plan.target`).
     """
     if cluster.device is None:
         return TargetCompute(step_s, False, (), ())
@@ -284,9 +306,12 @@ def target_compute(inp: PlanInput, step_s: float, batch_size: int, cluster: Clus
     if src is not None and src.name == target.name:
         return _same_device(inp, step_s, batch_size, cluster, options, target)
     precision, why = target_precision(inp, cluster, options, target)
-    roof = _roofline_compute(inp, step_s, batch_size, target, precision, why)
+    roof = _roofline_compute(inp, step_s, batch_size, target, precision, why, options,
+                             source_batch)
     if roof is not None:
         return roof
+    if source_batch and source_batch != batch_size:  # per-sample time carried to the batch
+        step_s = step_s * batch_size / source_batch
     warnings: list[str] = []
     peak_t = _conv_peak(target, precision)
     if peak_t is None:

@@ -65,6 +65,9 @@ class PlanInput:
     """Classifier outputs."""
     busy: bool = False
     """The profile was measured while the machine was busy (its figures are suspect)."""
+    host_loaded: str | None = None
+    """How loaded the machine was when ``host_s_per_op`` was measured, where that makes it
+    suspect (None: quiet, or not measured)."""
     backward_fraction: float | None = None
     """Backward's share of the measured step (from the profile's split), 0..1."""
     memory_components: dict | None = dataclasses.field(default=None, compare=False)
@@ -211,7 +214,7 @@ def _profile_from_dict(data: dict[str, Any], where: str) -> PlanInput:
                         if data.get("max_batch_is_memory_limit", True) else None),
         path=where, busy=_busy(data), memory_components=components,
         backward_fraction=_backward_fraction(batches_raw, rec),
-        host_s_per_op=_host_s_per_op(data, where),
+        host_s_per_op=_host_s_per_op(data, where), host_loaded=_host_loaded(data),
     )
 
 
@@ -290,6 +293,30 @@ def _host_s_per_op(data: dict, where: str) -> float | None:
     if v is not None and not v > 0:
         raise UsageError(f"{where}: 'host.s_per_op' must be > 0 seconds, got {v!r}")
     return None if v is None else float(v)
+
+
+def _host_loaded(data: dict) -> str | None:
+    """How loaded the machine was when the profile measured its host time per operation
+    (:mod:`scalelab.profiler.host` stores it), where it was; a profile from before that
+    record counts as loaded when it was marked busy."""
+    host, env = data.get("host"), data.get("environment")
+    if isinstance(host, dict) and "loaded" in host:
+        if not host.get("loaded"):
+            return None
+        share, load = host.get("others_share"), host.get("load_average")
+        cpus = host.get("cpus")
+        parts = []
+        if isinstance(share, (int, float)):
+            parts.append(f"other processes kept {share:.0%} of its "
+                         f"{cpus or '?'} cores busy")
+        if isinstance(load, (int, float)):
+            parts.append(f"load average {load:.1f}")
+        return ", ".join(parts) or "marked loaded"
+    if _busy(data):
+        load = env.get("loadavg_after") if isinstance(env, dict) else None
+        return ("the profile was marked busy" + (f", load average {load:.1f}"
+                                                 if isinstance(load, (int, float)) else ""))
+    return None
 
 
 def _backward_fraction(rows: list, batch: int) -> float | None:

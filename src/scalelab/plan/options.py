@@ -42,6 +42,9 @@ class PlanOptions:
     layout: str | None = None
     """Model-state layout: ddp|zero1|zero2|zero3 (default: chosen by memory and efficiency,
     :mod:`scalelab.plan.layout_choice`)."""
+    target: object = None
+    """The batch and precision the plan chose for the target device
+    (:class:`scalelab.plan.target.TargetChoice`); set by the plan itself."""
 
     def __post_init__(self):
         if not (isinstance(self.target_efficiency, (int, float))

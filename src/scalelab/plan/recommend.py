@@ -28,11 +28,18 @@ from typing import Any
 import scalelab.plan.advice as advice
 import scalelab.plan.choice as choosing
 import scalelab.plan.layout_choice as layout_choice
+import scalelab.plan.target as target_choice
 from scalelab import hardware
 from scalelab.algorithm_names import run_name
 from scalelab.errors import UsageError
 from scalelab.plan.cluster import Cluster
-from scalelab.plan.compute import TargetCompute, memory_check, source_precision, target_compute
+from scalelab.plan.compute import (
+    TargetCompute,
+    memory_check,
+    precision_of,
+    source_precision,
+    target_compute,
+)
 from scalelab.plan.inputs import PlanInput, load_input
 from scalelab.plan.options import LARGE_BATCH, PlanOptions
 from scalelab.plan.reasons import Notes, Reason
@@ -94,6 +101,15 @@ class Recommendation:
     """Why that layout: each layout's memory per GPU against the device, its efficiency."""
     layouts: tuple[dict[str, Any], ...] = ()
     """Every layout at the recommended batch and devices (memory, fits, efficiency)."""
+    precision: str | None = None
+    """The precision the target computes in (fp32 | tf32 | bf16 | fp16; None: as measured
+    on a device the catalog does not know)."""
+    channels_last: bool = False
+    """Whether the run trains in channels_last."""
+    target: dict[str, Any] | None = None
+    """How the batch and the precision were chosen for the target device: the throughput
+    against batch at each precision weighed, the host time and its band
+    (:class:`scalelab.plan.target.TargetChoice`); None where the measurement decided."""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -169,9 +185,14 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
         params = dataclasses.replace(params, overlap=cluster.overlap)
     if cluster.latency_s is not None:
         params = dataclasses.replace(params, latency_s=cluster.latency_s)
-    batch = options.batch_size or inp.batch_size
-    measured = inp.step_s_at(batch) if batch != inp.batch_size else inp.step_s
-    tc = target_compute(inp, measured, batch, cluster, options)
+    chosen = options.target
+    if chosen is not None:  # chosen for the target: the measurement is the estimate's anchor
+        batch, measured = options.batch_size or chosen.batch_size, inp.step_s
+        tc = target_compute(inp, measured, batch, cluster, options, inp.batch_size)
+    else:
+        batch = options.batch_size or inp.batch_size
+        measured = inp.step_s_at(batch) if batch != inp.batch_size else inp.step_s
+        tc = target_compute(inp, measured, batch, cluster, options)
     for w in tc.warnings:
         notes.warn("estimate", w)
     k = cluster.accumulation_steps
@@ -245,6 +266,9 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     inp = layout_choice.judged_input(source if isinstance(source, PlanInput)
                                      else load_input(source))
     notes = Notes()
+    if options.target is None:
+        options = dataclasses.replace(options, target=target_choice.choose(inp, cluster,
+                                                                           options))
     st, tc = _setting(inp, cluster, options, notes)
     max_gpus = options.max_gpus or cluster.gpus
     if max_gpus > cluster.gpus:
@@ -312,6 +336,10 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
         layout=decided.layout if decided else "ddp",
         layout_reason=decided.reason if decided else None,
         layouts=tuple(o.to_dict() for o in decided.options) if decided else (),
+        precision=tc.precision or (precision_of(algorithm) if algorithm else None),
+        channels_last=bool(options.target.channels_last if options.target is not None
+                           else algorithm and "channels_last" in algorithm),
+        target=options.target.to_dict() if options.target is not None else None,
     )
     return Plan(_inputs_record(st, archs, max_gpus), sweep, rec, tuple(notes.warnings),
                 tc.estimate, st.params, ps, band, tc.carried if tc.estimate else None)
@@ -327,6 +355,14 @@ def _warnings(st: _Setting, gpus: int, tc: TargetCompute, notes: Notes) -> None:
                    f"global batch {global_batch:,} > {LARGE_BATCH:,}: convergence needs "
                    "learning-rate scaling and warm-up (Goyal et al., 2017); scalelab predicts "
                    "speed, not accuracy")
+    if tc.estimate and st.inp.host_loaded and st.inp.host_s_per_op:
+        from scalelab.plan.compute import host_s_per_op
+
+        used = host_s_per_op(st.inp, hardware.device(st.cluster.device))[0]
+        notes.warn("estimate", f"the profile's host time per operation, "
+                   f"{st.inp.host_s_per_op * 1e6:.3g} us, came from a loaded machine "
+                   f"({st.inp.host_loaded}): the plan uses {used * 1e6:.3g} us (quiet); "
+                   "profile on a quiet machine to measure it")
     if tc.estimate and tc.carried == "precision":
         on = hardware.device(st.cluster.device).name
         notes.warn("estimate", f"estimate: compute time carried from the "

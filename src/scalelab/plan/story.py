@@ -105,6 +105,14 @@ def unfit_text(r: dict) -> str:
     return text + ": "
 
 
+def _in(r: dict) -> str:
+    """' in bf16 (channels_last)' where the plan chose or was told a precision."""
+    p = r.get("precision")
+    if not p or (p == "fp32" and not r.get("target")):  # PyTorch's default, as measured
+        return ""
+    return f" in {p}" + (" (channels_last)" if r.get("channels_last") else "")
+
+
 def headline(p: dict, alternatives: bool = True) -> str:
     """The recommendation in one line: what to use, what it gives, what the cluster needs."""
     r = p["recommendation"]
@@ -115,7 +123,8 @@ def headline(p: dict, alternatives: bool = True) -> str:
     alts = f" (alternatives: {alts})" if alts else ""
     need = network_text(p)
     if r["gpus"] == 1 and (max_g or 1) > 1:
-        return (f"{unfit_text(r)}recommend 1 GPU at batch {r['batch_size']}: already 2 GPUs "
+        return (f"{unfit_text(r)}recommend 1 GPU at batch {r['batch_size']}{_in(r)}: "
+                "already 2 GPUs "
                 f"fall below efficiency {target:g}{alts}; {need}")
     below = (f" (below target {target:g})" if target is not None
              and r["efficiency"] < target - 1e-12 else "")
@@ -124,7 +133,8 @@ def headline(p: dict, alternatives: bool = True) -> str:
     # one device exchanges nothing: no architecture to name (the report's tile says so too)
     what = (f"1 GPU{sharded}" if r["gpus"] == 1
             else f"{r['architecture']}{sharded} on {plural(r['gpus'], 'GPU')}")
-    return (f"{unfit_text(r)}recommend {what} at batch {r['batch_size']}{servers_text(r)}: "
+    return (f"{unfit_text(r)}recommend {what} at batch {r['batch_size']}{_in(r)}"
+            f"{servers_text(r)}: "
             f"{_rate(r)} samples/s, efficiency "
             f"{_floor2(r['efficiency'])}{below}{alts}; {need}")
 
