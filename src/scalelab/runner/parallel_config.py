@@ -114,6 +114,11 @@ class ParallelRunConfig:
         return self.layout.gpus
 
     @property
+    def warmup_used(self) -> int:
+        """Warm-up steps left out of the medians (all but the last, in a short run)."""
+        return min(self.warmup_steps, max(self.steps - 1, 0))
+
+    @property
     def architecture(self) -> str:
         return "fsdp" if self.fsdp else "allreduce"
 

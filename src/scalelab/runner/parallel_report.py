@@ -2,7 +2,8 @@
 
 ``steps`` holds each phase of :mod:`scalelab.runner.parallel_timing` (``compute_s``,
 ``tp_comm_s``, ``pp_bubble_s``, ``dp_exchange_s``, ``data_s``, ``optimizer_s``,
-``step_s``) as the median and spread over every rank's timed steps; ``split`` the medians
+``step_s``, ``work_s``) as the median and spread over every rank's timed steps (``tp_comm_s``
+over the probe steps, the others over the rest); ``split`` the medians
 of the four the step is made of (compute, tensor-parallel communication, pipeline bubble,
 data-parallel exchange) and the share of the step each is; ``losses`` the loss of every
 step (the mean of the last stage's micro-batch losses, averaged over the data-parallel
@@ -13,10 +14,11 @@ from __future__ import annotations
 
 import statistics
 
+from scalelab.runner.parallel_timing import split_records
 from scalelab.runner.timers import summarize
 
 PHASES = ("compute_s", "tp_comm_s", "pp_bubble_s", "dp_exchange_s", "data_s", "optimizer_s",
-          "step_s")
+          "step_s", "work_s")
 SPLIT = ("compute_s", "tp_comm_s", "pp_bubble_s", "dp_exchange_s")
 
 
@@ -42,8 +44,9 @@ def timing_of(cfg) -> dict:
     notes = ["every phase is host wall time on each rank (scalelab.runner.parallel_timing)"]
     if cfg.layout.tp > 1:
         notes.append("tp_comm_s: time inside DTensor's functional collectives, counted by a "
-                     "dispatch mode around forward and backward (its per-operator call is "
-                     "in the step)")
+                     "dispatch mode around forward and backward on every second timed step "
+                     "(a probe: its per-operator call slows it, so the other phases and the "
+                     "step are the medians of the other steps)")
     if cfg.layout.pp > 1:
         notes.append("pp_bubble_s: the schedule's wall time less its stages' forward and "
                      "backward chunks (bubble and point-to-point transfers)")
@@ -57,9 +60,11 @@ def timing_of(cfg) -> dict:
 
 def build(cfg, ranks: list[dict], wall_s: float, checksum: float) -> dict:
     """``ranks``: per rank ``{"rank", "records", "summary"}``."""
-    warmup = min(cfg.warmup_steps, max(cfg.steps - 1, 0))
-    recs = [rec for r in ranks for rec in _timed(r["records"], warmup)]
-    steps = {p: summarize([rec[p] for rec in recs if p in rec]) for p in PHASES}
+    warmup = cfg.warmup_used
+    tp = cfg.layout.tp
+    split_of = {r["rank"]: split_records(_timed(r["records"], warmup), tp) for r in ranks}
+    steps = {p: summarize([v for s in split_of.values() for v in s.get(p, [])])
+             for p in PHASES}
     if cfg.fsdp:  # inside forward and backward (timing_of)
         steps["dp_exchange_s"] = None
     step_med = steps["step_s"]["median"] if steps["step_s"] else None
@@ -67,19 +72,20 @@ def build(cfg, ranks: list[dict], wall_s: float, checksum: float) -> dict:
     for p in SPLIT:
         if steps.get(p):
             med = steps[p]["median"]
-        else:  # not measured (FSDP2's exchange), or no such phase (0)
-            med = None if (p == "dp_exchange_s" and cfg.fsdp) else 0.0
+        elif p == "tp_comm_s" and tp > 1 or p == "dp_exchange_s" and cfg.fsdp:
+            med = None  # not measured: one timed step, or FSDP2's exchange
+        else:
+            med = 0.0  # no such phase
         split[p] = med
         split[p.removesuffix("_s") + "_share"] = (med / step_med if med is not None and
                                                   step_med else None)
     seqs = cfg.layout.global_batch
     per_rank = []
     for r in sorted(ranks, key=lambda r: r["rank"]):
-        timed = _timed(r["records"], warmup)
+        s = split_of[r["rank"]]
         row = {"rank": r["rank"], "role": "worker", "index": r["rank"],
                "steps": len(r["records"]),
-               **{p: (summarize([x[p] for x in timed if p in x]) or {}).get("median")
-                  for p in PHASES}}
+               **{p: (summarize(s.get(p, [])) or {}).get("median") for p in PHASES}}
         row.update(r["summary"])
         per_rank.append(row)
     summary0 = ranks[0]["summary"] if ranks else {}

@@ -37,7 +37,7 @@ from scalelab.models.model import build, next_token_loss
 from scalelab.runner import parallel_checkpoint as ckpt
 from scalelab.runner.mesh import build_mesh, coords_of
 from scalelab.runner.parallel_config import ParallelRunConfig, synthetic_batch
-from scalelab.runner.parallel_timing import CollectiveClock, ParallelStepTimer
+from scalelab.runner.parallel_timing import CollectiveClock, ParallelStepTimer, is_probe
 
 
 class ParallelTrainer:
@@ -100,7 +100,8 @@ class ParallelTrainer:
     def step(self, step: int, timer: ParallelStepTimer) -> dict:
         with timer.phase("data_s"):
             tokens = self.local_batch(step)
-        with timer.work(self.comm, self.timed):
+        probe = is_probe(step, self.cfg.warmup_used, self.cfg.layout.tp)
+        with timer.work(self.comm if probe else None, self.timed):
             losses = self._forward_backward(tokens)
             self._reduce_partial_gradients()
         if self.dp_group is not None and not self.cfg.fsdp:
