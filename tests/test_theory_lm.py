@@ -61,3 +61,12 @@ def test_bad_inputs():
         lm.flops_per_token(0, 1, 1, 1)
     with pytest.raises(ValueError, match="recompute"):
         lm.hfu_flops_per_token(1, 1, 1, 1, "some")
+
+
+def test_term_by_term_count_is_korthikantis_in_its_setting():
+    for s, b, h, a in ((2048, 2, 4096, 32), (1024, 1, 1024, 16)):
+        assert lm.layer_activation_bytes(s, b, h, a) == pytest.approx(
+            lm.korthikanti_bytes_per_layer(s, b, h, a))
+        # flash drops the s^2 term and keeps the row statistics, as the closed form says
+        assert lm.layer_activation_bytes(s, b, h, a, flash=True) == pytest.approx(
+            lm.korthikanti_bytes_per_layer(s, b, h, a, flash=True))

@@ -155,6 +155,64 @@ def korthikanti_bytes_per_layer(seq: int, batch: int, hidden: int, heads: int,
     return sbh * (10.0 + 24.0 / tp + quad / tp) + stats
 
 
+def layer_activation_bytes(seq: int, batch: int, hidden: int, heads: int, ffn: int = 0, *,
+                           kv_dim: int = 0, style: str = "gpt2", value_bytes: float = 2.0,
+                           dropout: bool = True, mask_bytes: float = 1.0,
+                           flash: bool = False, output_copies: int = 1,
+                           norm_stats_bytes: float = 0.0) -> float:
+    """Korthikanti et al.'s count term by term, for a block as a given implementation runs
+    it: the values (each ``s b`` elements wide) one layer keeps for backward.
+
+    - two norms' inputs: 2 h; attention: the normed input h, q h, k and v ``kv_dim`` each,
+      the attention output h x ``output_copies`` (Megatron's [s, b, h] layout feeds it to
+      the output projection as is: 1; a (b, a, s, d) kernel output that is transposed to
+      a contiguous copy before the projection keeps both: 2);
+    - the core: unfused, the softmax output (a s), with dropout its mask (a s at
+      ``mask_bytes``) and output (a s); fused (``flash``), only the row statistics
+      (4-byte log-sum-exp, a per row);
+    - the MLP: gpt2 its input h, GELU's input f and the second product's input f; llama its
+      input h, gate, up, SiLU(gate) and their product, 4 f; llama's rotary also keeps the
+      unrotated q and k (h + kv_dim);
+    - dropout masks after attention and after the MLP (h each, ``mask_bytes``);
+    - ``norm_stats_bytes`` per row for the norms' saved statistics (LayerNorm: mean and
+      1/std, 2 x 2 x 4 bytes in fp32).
+
+    With gpt2, f = 4h, 2-byte values, dropout, 1-byte masks and no flash this is exactly
+    :func:`korthikanti_bytes_per_layer`'s ``s b h (34 + 5 a s / h)``.
+    """
+    for k, v in (("seq", seq), ("batch", batch), ("hidden", hidden), ("heads", heads)):
+        _pos(k, v)
+    if style not in ("gpt2", "llama"):
+        raise ValueError(f"unknown style {style!r} (gpt2, llama)")
+    h, f, kv = hidden, ffn or 4 * hidden, kv_dim or hidden
+    values = 2 * h + h + h + 2 * kv + output_copies * h
+    values += h + (2 * f if style == "gpt2" else 4 * f)
+    if style == "llama":
+        values += h + kv
+    sb = float(seq) * batch
+    out = values * value_bytes * sb + norm_stats_bytes * sb
+    if dropout:
+        out += 2 * h * mask_bytes * sb
+    if flash:
+        out += 4.0 * heads * sb
+    else:
+        out += heads * seq * sb * (value_bytes * (2 if dropout else 1)
+                                   + (mask_bytes if dropout else 0.0))
+    return out
+
+
+def head_activation_bytes(seq: int, batch: int, hidden: int, vocab: int,
+                          value_bytes: float = 2.0, logits_copies: int = 0,
+                          norm_stats_bytes: float = 0.0) -> float:
+    """What the final norm, the vocabulary head and the cross-entropy keep: the norm's
+    input and the head's input (h each) and the log-softmax's output (V; its backward
+    needs only its output, so the logits themselves are not kept), plus ``logits_copies``
+    V-wide tensors an implementation keeps beside it (an upcast copy saved by another
+    operation, say)."""
+    sb = float(seq) * batch
+    return sb * (value_bytes * (2 * hidden + (1 + logits_copies) * vocab) + norm_stats_bytes)
+
+
 def state_bytes_per_param(scheme: str = "torch-amp") -> dict:
     """Bytes per parameter of mixed-precision AdamW state, by what the framework keeps.
 
