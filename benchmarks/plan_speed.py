@@ -22,6 +22,12 @@ first plan follows, in turn, a process that only imports torch and torchvision (
 what no first plan can avoid on this host, and the first plan less it is the plan's own
 share. The cache is a fresh folder (``SCALELAB_CACHE_DIR``), never the user's.
 
+Language models (``--no-lm`` leaves them out): ``scalelab plan --model llama3-70b
+--seq-len 8192 --cluster examples/llm-8x8-h100-ndr.toml`` first (an empty cache each time;
+goal <= 6 s) and warm (goal <= 1 s), and the search over every layout of llama3-405b on
+2,048 x 8 = 16,384 H100-SXM (goal <= 2 s, whole process); each with the layouts its search
+considered, memory-checked and evaluated.
+
     python benchmarks/plan_speed.py --out bench-out/plan_speed.json
 """
 
@@ -50,6 +56,13 @@ ROOT = Path(__file__).resolve().parents[1]
 HELP_GOAL_S, WARM_GOAL_S, FIRST_GOAL_S = 0.5, 1.0, 6.0
 PLAN_ARGS = ("plan", "--workload", str(ROOT / "examples" / "workload.toml"), "--cluster",
              str(ROOT / "examples" / "cluster-4x8-a100-100gbe.toml"))
+# language models (scalelab.plan.lm): llama3-70b on 8 x 8 H100-SXM over NDR InfiniBand, and
+# the search over every layout of llama3-405b on 2,048 x 8 = 16,384 H100-SXM
+LM70_ARGS = ("plan", "--model", "llama3-70b", "--seq-len", "8192", "--cluster",
+             str(ROOT / "examples" / "llm-8x8-h100-ndr.toml"))
+LM405_ARGS = ("plan", "--model", "llama3-405b", "--seq-len", "8192", "--nodes", "2048",
+              "--gpus-per-node", "8", "--device", "H100-SXM", "--network", "IB-NDR")
+LM405_GOAL_S = 2.0
 # What the first plan cannot avoid: a process that imports torch and torchvision, nothing else
 IMPORT_ARGS = ["-c", "import torch, torchvision"]
 
@@ -83,6 +96,50 @@ def wall_s(args: list[str], cache: Path, before=None, module: bool = True
     return t, (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
 
 
+def lm_times(runs: int) -> tuple[dict, dict]:
+    """Whole processes of the language-model plans: llama3-70b first (an empty cache each
+    time) and warm (after a plan filled it), llama3-405b on 16,384 GPUs warm; with what each
+    search covered (plan.json's ``search``)."""
+    with tempfile.TemporaryDirectory(prefix="scalelab-bench-lm-") as tmp:
+        cache = Path(tmp)
+        out70, out405 = cache / "lm70.json", cache / "lm405.json"
+        p70, p405 = [*LM70_ARGS, "--out", str(out70)], [*LM405_ARGS, "--out", str(out405)]
+
+        def empty():
+            for p in list(cache.iterdir()):
+                if p.is_dir():
+                    shutil.rmtree(p, ignore_errors=True)
+
+        series = {"lm70b_first": [wall_s(p70, cache, empty) for _ in range(runs)]}
+        wall_s(p70, cache)
+        series["lm70b_warm"] = [wall_s(p70, cache) for _ in range(runs)]
+        wall_s(p405, cache)
+        series["lm405b_16384_warm"] = [wall_s(p405, cache) for _ in range(runs)]
+        searched = {}
+        for name, path in (("lm70b", out70), ("lm405b_16384", out405)):
+            data = json.loads(path.read_text())
+            r = data["recommendation"]
+            searched[name] = {**{k: data["search"][k] for k in
+                                 ("considered", "memory_checked", "evaluated", "seconds")},
+                              "recommendation": r["describe"], "tokens_per_s": r["tokens_per_s"],
+                              "mfu": r["mfu"], "memory_bytes": r["memory_bytes"]}
+    goals = {"lm70b_first": FIRST_GOAL_S, "lm70b_warm": WARM_GOAL_S,
+             "lm405b_16384_warm": LM405_GOAL_S}
+    return _summaries(series, goals), searched
+
+
+def _summaries(series: dict, goals: dict) -> dict:
+    out = {}
+    for name, runs_ in series.items():
+        walls, cpus = [w for w, _ in runs_], [c for _, c in runs_]
+        if walls:
+            med = statistics.median(walls)
+            out[name] = {"median_s": med, "runs_s": walls, "median_cpu_s":
+                         statistics.median(cpus), "cpu_s": cpus, "goal_s": goals.get(name),
+                         "meets_goal": name not in goals or med <= goals[name]}
+    return out
+
+
 def command_times(runs: int, cold_runs: int) -> dict:
     """Medians (and all runs) of --help and of plan warm, first time and cold."""
     with tempfile.TemporaryDirectory(prefix="scalelab-bench-") as tmp:
@@ -112,15 +169,7 @@ def command_times(runs: int, cold_runs: int) -> dict:
     goals = {"help": HELP_GOAL_S, "plan_warm": WARM_GOAL_S, "plan_first": FIRST_GOAL_S}
     if packaged.current() is not None:
         goals["plan_cold"] = FIRST_GOAL_S
-    out = {}
-    for name, runs_ in series.items():
-        walls, cpus = [w for w, _ in runs_], [c for _, c in runs_]
-        if walls:
-            med = statistics.median(walls)
-            out[name] = {"median_s": med, "runs_s": walls, "median_cpu_s":
-                         statistics.median(cpus), "cpu_s": cpus, "goal_s": goals.get(name),
-                         "meets_goal": name not in goals or med <= goals[name]}
-    return out
+    return _summaries(series, goals)
 
 
 def main() -> int:
@@ -133,6 +182,8 @@ def main() -> int:
                     help="processes with an empty cache (each fits the whole reference table)")
     ap.add_argument("--no-commands", dest="commands", action="store_false",
                     help="time the sweep only")
+    ap.add_argument("--no-lm", dest="lm", action="store_false",
+                    help="leave out the language-model plans")
     args = ap.parse_args()
     times = []
     points = 0
@@ -158,6 +209,9 @@ def main() -> int:
         # each first plan less the import timed just before it
         result["own_share_s"] = [p - i for p, i in zip(result["command"]["plan_first"]["runs_s"],
                                                       result["command"]["import"]["runs_s"])]
+        if args.lm:
+            lm, result["lm_search"] = lm_times(args.runs)
+            result["command"].update(lm)
     out = Path(args.out)
     write_text_atomic(out, json.dumps(result, indent=2) + "\n")
     print(f"plan sweep: {points:,} points (1..{args.max_gpus} devices x "
@@ -173,6 +227,11 @@ def main() -> int:
         print(f"{name:10s} median {c['median_s']:.2f} s wall over {len(c['runs_s'])} processes "
               f"(min {min(c['runs_s']):.2f}, max {max(c['runs_s']):.2f}; CPU "
               f"{c['median_cpu_s']:.2f} s); {goal}")
+    for name, c in (result.get("lm_search") or {}).items():
+        print(f"{name}: {c['considered']:,} layouts ({c['memory_checked']:,} memory-checked, "
+              f"{c['evaluated']:,} evaluated) in {c['seconds']:.2f} s of the process; "
+              f"recommends {c['recommendation']}: {c['tokens_per_s']:,.0f} tokens/s, MFU "
+              f"{c['mfu']:.1%}, {c['memory_bytes'] / 2**30:.1f} GiB per GPU")
     if "own_share_s" in result:
         own = result["own_share_s"]
         print(f"plan_first less the import run just before it: median "

@@ -116,27 +116,28 @@ def search(model, seq_len: int, global_batch: int, gpus: int, target, choices: C
     smallest: Unfit | None = None
     for fam in families(model, seq_len, global_batch, gpus, choices, precisions):
         considered += len(fam.micro_batches) * len(fam.recomputes)
+        known: dict[tuple[int, str], float] = {}
         if len(fam.recomputes) > 1:  # the least memory of the family first: dead or not
             lay = fam.layout(fam.micro_batches[0], fam.recomputes[-1])
             checked += 1
-            mem = memory(model, lay, seq_len)
+            mem = known[lay.micro_batch, lay.recompute] = memory(model, lay, seq_len)
             if mem > usable_bytes:
-                if smallest is None or mem < smallest.memory_bytes:
-                    smallest = Unfit(lay, mem)
-                _least(least_by, lay, mem)
+                smallest = _unfit(least_by, smallest, lay, mem)
                 continue
+        first = 0  # what did not fit at a smaller micro-batch does not fit at a larger one
         for mb in fam.micro_batches:
             step = None
-            for rc in fam.recomputes:
+            for i, rc in enumerate(fam.recomputes[first:], first):
                 lay = fam.layout(mb, rc)
-                checked += 1
-                mem = memory(model, lay, seq_len)
+                mem = known.get((mb, rc))
+                if mem is None:
+                    checked += 1
+                    mem = memory(model, lay, seq_len)
                 if mem <= usable_bytes:
                     step = evaluate(model, lay, seq_len, target)
+                    first = i
                     break  # recomputing more only adds FLOPs: slower, not evaluated
-                if smallest is None or mem < smallest.memory_bytes:
-                    smallest = Unfit(lay, mem)
-                _least(least_by, lay, mem)
+                smallest = _unfit(least_by, smallest, lay, mem)
             if step is None:
                 break  # nothing fits at this micro-batch: a larger one holds more
             evaluated += 1
@@ -163,6 +164,13 @@ def _best(best_by: dict, step) -> None:
         cur = best_by[key].get(value)
         if cur is None or step.step_s < cur.step_s:
             best_by[key][value] = step
+
+
+def _unfit(least_by: dict, smallest: Unfit | None, lay: ParallelLayout, mem: float
+           ) -> Unfit:
+    """Records a layout that does not fit; returns the smallest such so far."""
+    _least(least_by, lay, mem)
+    return Unfit(lay, mem) if smallest is None or mem < smallest.memory_bytes else smallest
 
 
 def _least(least_by: dict, lay: ParallelLayout, mem: float) -> None:
