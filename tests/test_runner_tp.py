@@ -173,3 +173,17 @@ def test_the_run_command_trains_tp2_and_writes_the_split(tmp_path):
     assert data["config"]["tp"] == 2 and data["config"]["sequence_parallel"] is True
     assert set(data["split"]) >= {"compute_s", "tp_comm_s", "pp_bubble_s", "dp_exchange_s"}
     assert len(data["losses"]) == 3 and data["final_param_checksum"] > 0
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_a_one_rank_mesh_trains_as_one_process(tmp_path):
+    """Every degree 1 (one GPU, or one CPU process): the same code path, the same numbers."""
+    from scalelab.runner.parallel_run import run_parallel
+
+    path = tmp_path / "params.pt"
+    cfg = config(micro_batch=2, accumulation=2).with_(final_params_path=str(path))
+    result = run_parallel(cfg)
+    dl, dp = max_differences(result, path, cfg)
+    assert dl < TOL and dp < TOL
+    assert result["world_size"] == 1 and result["split"]["tp_comm_s"] == 0

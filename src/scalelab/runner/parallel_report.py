@@ -54,7 +54,9 @@ def timing_of(cfg) -> dict:
         notes.append("dp_exchange_s: FSDP2's all-gathers and reduce-scatters run inside "
                      "forward and backward: in compute_s, not measured apart")
     if cfg.device == "cuda":
-        notes.append("on cuda every phase boundary synchronizes the device")
+        notes.append("on cuda every phase boundary synchronizes the device; tensor-parallel "
+                     "collectives are not timed apart (a wait on the host only orders the "
+                     "device's streams): they are in compute_s, tp_comm_s is None")
     return {"clock": "the host's clock (time.perf_counter), per phase", "notes": notes}
 
 

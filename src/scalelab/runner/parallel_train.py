@@ -100,7 +100,10 @@ class ParallelTrainer:
     def step(self, step: int, timer: ParallelStepTimer) -> dict:
         with timer.phase("data_s"):
             tokens = self.local_batch(step)
-        probe = is_probe(step, self.cfg.warmup_used, self.cfg.layout.tp)
+        # on a GPU a collective's wait only orders streams: its host time is not the
+        # communication's, so nothing is probed there (tp_comm_s stays in compute_s)
+        probe = (self.device.type == "cpu"
+                 and is_probe(step, self.cfg.warmup_used, self.cfg.layout.tp))
         with timer.work(self.comm if probe else None, self.timed):
             losses = self._forward_backward(tokens)
             self._reduce_partial_gradients()
