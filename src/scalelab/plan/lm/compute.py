@@ -67,7 +67,10 @@ def host_s(work: Work, eff: Efficiency) -> float:
 
 
 def add(*works: Work) -> Work:
-    return tuple(sum(w[i] for w in works) for i in range(4))
+    a = b = c = d = 0.0
+    for w in works:
+        a, b, c, d = a + w[0], b + w[1], c + w[2], d + w[3]
+    return (a, b, c, d)
 
 
 def scale(k: float, w: Work) -> Work:
@@ -211,5 +214,9 @@ def end_work(cfg, seq: int, batch: int, tp: int, precision: str, device: str) ->
 def optimizer_work(params_on_rank: float, device: str, bytes_per_param: float = 28.0
                    ) -> Work:
     """AdamW over the rank's parameters: memory-bound, ``bytes_per_param`` each."""
-    dev = hardware.device(device)
-    return (0.0, 0.0, params_on_rank * bytes_per_param / dev.memory_bandwidth_Bps, 0.0)
+    return (0.0, 0.0, params_on_rank * bytes_per_param / _bandwidth(device), 0.0)
+
+
+@lru_cache(maxsize=64)
+def _bandwidth(device: str) -> float:
+    return hardware.device(device).memory_bandwidth_Bps

@@ -68,6 +68,7 @@ def layer_activation_bytes(cfg, seq: int, batch: int, tp: int, sequence_parallel
     return base * (2.0 if precision in ("fp32", "tf32") else 1.0)
 
 
+@lru_cache(maxsize=4096)
 def stage_params(cfg, pp: int) -> tuple[float, float]:
     """(parameters of stage 0, of the last stage), whole (before the tensor split)."""
     per = cfg.block_params() * math.ceil(cfg.layers / pp)
@@ -79,34 +80,48 @@ def stage_params(cfg, pp: int) -> tuple[float, float]:
     return float(first), float(last)
 
 
+@lru_cache(maxsize=65536)
+def _activations(cfg, seq: int, b: int, tp: int, sp: bool, recompute: str, precision: str,
+                 pp: int, m: int, schedule: str, vpp: int) -> tuple[float, float]:
+    """(stage 0's activation bytes at its peak, the last stage's), cached."""
+    w = 4.0 if precision in ("fp32", "tf32") else 2.0
+    per_layer = layer_activation_bytes(cfg, seq, b, tp, sp, recompute, precision)
+    layers = math.ceil(cfg.layers / pp)
+    flight = par.in_flight_micro_batches(pp, m, schedule, vpp)
+    act0 = per_layer * layers * flight
+    if recompute == "full":
+        act0 += layer_activation_bytes(cfg, seq, b, tp, sp, "none", precision)
+    logits = seq * b * cfg.vocab / tp * (w + 4.0)
+    act_last = per_layer * layers * (1.0 if pp > 1 else flight) + logits
+    if pp == 1:
+        act0 = act_last = act0 + logits
+    return act0, act_last
+
+
+@lru_cache(maxsize=65536)
+def _state(params: float, dp: int, layout: str, precision: str) -> tuple[float, float, float]:
+    scheme = lm_theory.state_bytes_per_param(state_scheme(precision))
+    st = model_state(params, dp, layout, param_bytes_per_param=scheme["params"],
+                     grad_bytes_per_param=scheme["grads"],
+                     optimizer_bytes_per_param=scheme["optimizer"])
+    return st.param_bytes, st.grad_bytes, st.optimizer_bytes
+
+
 def memory_per_gpu(cfg, layout, seq: int) -> Memory:
     """The peak bytes of the busiest GPU (module docstring)."""
     lay = layout
-    scheme = lm_theory.state_bytes_per_param(state_scheme(lay.precision))
     first, last = stage_params(cfg, lay.pp)
-    w = 4.0 if lay.precision in ("fp32", "tf32") else 2.0
-    per_layer = layer_activation_bytes(cfg, seq, lay.micro_batch, lay.tp,
-                                       lay.sequence_parallel, lay.recompute, lay.precision)
-    layers = math.ceil(cfg.layers / lay.pp)
-    flight = par.in_flight_micro_batches(lay.pp, lay.accumulation, lay.schedule, lay.vpp)
-    act0 = per_layer * layers * flight
-    if lay.recompute == "full":
-        act0 += layer_activation_bytes(cfg, seq, lay.micro_batch, lay.tp,
-                                       lay.sequence_parallel, "none", lay.precision)
-    logits = seq * lay.micro_batch * cfg.vocab / lay.tp * (w + 4.0)
-    act_last = per_layer * layers * (1.0 if lay.pp > 1 else flight) + logits
-    if lay.pp == 1:
-        act0 = act_last = act0 + logits
+    act0, act_last = _activations(cfg, seq, lay.micro_batch, lay.tp, lay.sequence_parallel,
+                                  lay.recompute, lay.precision, lay.pp, lay.accumulation,
+                                  lay.schedule, lay.vpp)
+    buffers = 0.0
+    if lay.zero == 3 and lay.dp > 1:
+        w = 4.0 if lay.precision in ("fp32", "tf32") else 2.0
+        buffers = 2.0 * cfg.block_params() / lay.tp * w
     best = None
     for params, act in ((first, act0), (last, act_last)):
-        st = model_state(params / lay.tp, lay.dp, lay.layout,
-                         param_bytes_per_param=scheme["params"],
-                         grad_bytes_per_param=scheme["grads"],
-                         optimizer_bytes_per_param=scheme["optimizer"])
-        buffers = 0.0
-        if lay.zero == 3 and lay.dp > 1:
-            buffers = 2.0 * cfg.block_params() / lay.tp * w
-        m = Memory(st.param_bytes, st.grad_bytes, st.optimizer_bytes, act, buffers)
-        if best is None or m.total > best.total:
-            best = m
-    return best
+        p, g, k = _state(params / lay.tp, lay.dp, lay.layout, lay.precision)
+        total = p + g + k + act + buffers
+        if best is None or total > best[0]:
+            best = (total, Memory(p, g, k, act, buffers))
+    return best[1]

@@ -171,57 +171,72 @@ class Terms:
     rank_params: float
 
 
-def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMTarget,
-          stack: str = "pytorch") -> Terms:
-    """The step's parts (module docstring) with no fitted factor applied."""
+@lru_cache(maxsize=65536)
+def _shape(cfg, seq_len: int, b: int, tp: int, sp: bool, recompute: str, precision: str,
+           pp: int, vpp: int, cp: int, target: LMTarget, stack: str) -> tuple:
+    """What depends on the shape of a micro-batch on one rank, not on dp or the ZeRO level
+    (cached: the search's layouts share it): (micro-batch work, last backward work, tp
+    seconds, tp latency, tp ring steps, rank parameters)."""
     st = STACKS[stack]
-    prec, w = lay.precision, lmc.value_bytes(lay.precision)
-    b, m, tp, pp = lay.micro_batch, lay.accumulation, lay.tp, lay.pp
-    seq = seq_len // lay.cp
-    lw = lmc.layer_work(cfg, seq, b, tp, lay.sequence_parallel, prec, target.device,
+    w = lmc.value_bytes(precision)
+    seq = seq_len // cp
+    lw = lmc.layer_work(cfg, seq, b, tp, sp, precision, target.device,
                         st["fused_attention"])
-    ends = lmc.end_work(cfg, seq, b, tp, prec, target.device)
+    ends = lmc.end_work(cfg, seq, b, tp, precision, target.device)
     layers = math.ceil(cfg.layers / pp)
     rec = {"full": lw.forward, "selective": lw.attention_forward}.get(
-        lay.recompute, (0.0, 0.0, 0.0, 0.0))
+        recompute, (0.0, 0.0, 0.0, 0.0))
     body = lmc.scale(layers, lmc.add(lw.forward, lw.backward, rec))
     edge = (lmc.add(ends.embedding, ends.head) if pp == 1 else
             max(ends.embedding, ends.head, key=lambda x: x[0] + x[2]))
     mb = lmc.add(body, edge)
-    last_bwd = lmc.scale(1.0 / lay.vpp, lmc.scale(layers, lmc.add(lw.backward, rec)))
+    last_bwd = lmc.scale(layers / vpp, lmc.add(lw.backward, rec))
     lat = target.latency_s
-    n_tp = par.tp_collectives_per_layer(lay.recompute)
     tp_s = layers * par.tp_layer_s(b, seq, cfg.hidden, tp, _link(tp, 1, target), 0.0,
-                                   value_bytes=w, sequence_parallel=lay.sequence_parallel,
-                                   recompute=lay.recompute)
+                                   value_bytes=w, sequence_parallel=sp, recompute=recompute)
     # a ring all-reduce (or all-gather + reduce-scatter) takes 2 (t-1) latency-bound steps
-    tp_steps = layers * n_tp * 2 * (tp - 1) if tp > 1 else 0
+    tp_steps = layers * par.tp_collectives_per_layer(recompute) * 2 * (tp - 1) if tp > 1 else 0
     tp_lat = tp_steps * lat
-    if lay.cp > 1:
-        tp_s += layers * par.cp_ring_s(b, seq_len, cfg.kv_dim, lay.cp,
-                                       _link(lay.cp, tp, target), 0.0, w)
-        tp_lat += layers * 3 * (lay.cp - 1) * lat
-    p2p_bw = _link(pp, lay.gpus // pp, target) if pp > 1 else 1.0
-    p2p_s = par.pp_p2p_s(b, seq, cfg.hidden, pp, m, p2p_bw, 0.0, value_bytes=w, tp=tp,
-                         sequence_parallel=lay.sequence_parallel, vpp=lay.vpp)
-    p2p_lat = 2.0 * (lay.vpp * pp - 1) * lat if pp > 1 else 0.0
+    if cp > 1:
+        tp_s += layers * par.cp_ring_s(b, seq_len, cfg.kv_dim, cp, _link(cp, tp, target),
+                                       0.0, w)
+        tp_lat += layers * 3 * (cp - 1) * lat
     first, last = lmm.stage_params(cfg, pp)
-    rank_params = max(first, last) / tp
+    return mb, last_bwd, tp_s, tp_lat, tp_steps, max(first, last) / tp
+
+
+def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMTarget,
+          stack: str = "pytorch") -> Terms:
+    """The step's parts (module docstring) with no fitted factor applied."""
+    if stack not in STACKS:
+        raise ValueError(f"unknown stack {stack!r} ({', '.join(STACKS)})")
+    w = lmc.value_bytes(lay.precision)
+    b, m, tp, pp = lay.micro_batch, lay.accumulation, lay.tp, lay.pp
+    mb, last_bwd, tp_s, tp_lat, tp_steps, rank_params = _shape(
+        cfg, seq_len, b, tp, lay.sequence_parallel, lay.recompute, lay.precision, pp,
+        lay.vpp, lay.cp, target, stack)
+    lat = target.latency_s
+    p2p_s = p2p_lat = 0.0
+    if pp > 1:
+        p2p_s = par.pp_p2p_s(b, seq_len // lay.cp, cfg.hidden, pp, m,
+                             _link(pp, lay.gpus // pp, target), 0.0, value_bytes=w, tp=tp,
+                             sequence_parallel=lay.sequence_parallel, vpp=lay.vpp)
+        p2p_lat = 2.0 * (lay.vpp * pp - 1) * lat
     dp_s = dp_lat = 0.0
     if lay.dp > 1:
         bw = _link(lay.dp, tp * lay.cp, target)
-        frac = (lay.dp - 1) / lay.dp
+        grad_bytes = STACKS[stack]["grad_bytes"]
         if lay.zero == 3:
-            dp_s = (2.0 * w + st["grad_bytes"]) * frac * rank_params / bw
+            dp_s = (2.0 * w + grad_bytes) * (lay.dp - 1) / lay.dp * rank_params / bw
             dp_lat = 3 * (lay.dp - 1) * lat
         else:
             dp_s = zero.exchange_s(rank_params, lay.dp, lay.layout, bw, 0.0,
-                                   param_bytes_per_param=w,
-                                   grad_bytes_per_param=st["grad_bytes"])
-            dp_lat = (3 if lay.zero == 3 else 2) * (lay.dp - 1) * lat
+                                   param_bytes_per_param=w, grad_bytes_per_param=grad_bytes)
+            dp_lat = 2 * (lay.dp - 1) * lat
     opt = lmc.optimizer_work(rank_params / (lay.dp if lay.zero >= 1 else 1), target.device)
     return Terms(mb, last_bwd, m, par.bubble_fraction(pp, m, lay.schedule, lay.vpp), tp_s,
-                 tp_lat, tp_steps, p2p_s, p2p_lat, dp_s, dp_lat, lay.zero == 3, opt, rank_params)
+                 tp_lat, tp_steps, p2p_s, p2p_lat, dp_s, dp_lat, lay.zero == 3, opt,
+                 rank_params)
 
 
 def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
@@ -262,21 +277,30 @@ def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
     compute_s, tp_s, bubble, p2p, dp_s, opt_s, step_s = step_seconds(
         terms(cfg, lay, seq_len, target, stack), eff)
     tokens_per_s = lay.global_batch * seq_len / step_s
-    prec = lay.precision
-    peak = lmc.peak_flops(target.device, prec)
-    model_f, hw_f = _flops(cfg, seq_len, lay.recompute)
+    peak, model_f, hw_f, notes = _constants(cfg, seq_len, lay.recompute, lay.precision,
+                                            target.device, fit_note)
     mem = lmm.memory_per_gpu(cfg, lay, seq_len)
-    usable = target.memory_bytes * target.memory_margin
-    notes = (f"MFU: 6N + 12 L h s = {model_f:.4g} FLOPs per token (N without the "
-             f"embedding, PaLM's and torchtitan's count) over the {target.device}'s dense "
-             f"{prec} peak {peak / 1e12:g} TFLOP/s",
-             fit_note,
-             f"memory: model state at {lmm.state_scheme(prec)} bytes per parameter, "
-             f"Korthikanti et al. 2022 activations x {lay.recompute} recomputation")
+    total = mem.total
     return LMStep(cfg, lay, seq_len, compute_s, tp_s, bubble, p2p, dp_s, step_s,
                   tokens_per_s, tokens_per_s * model_f / (lay.gpus * peak),
-                  tokens_per_s * hw_f / (lay.gpus * peak), mem.total, mem.to_dict(),
-                  mem.total <= usable, band, notes, opt_s, stack)
+                  tokens_per_s * hw_f / (lay.gpus * peak), total, mem.to_dict(),
+                  total <= target.memory_bytes * target.memory_margin, band, notes, opt_s,
+                  stack)
+
+
+@lru_cache(maxsize=4096)
+def _constants(cfg, seq_len: int, recompute: str, precision: str, device: str,
+               fit_note: str) -> tuple[float, float, float, tuple[str, ...]]:
+    """(dense peak, model FLOPs per token, hardware FLOPs per token, notes), cached."""
+    peak = lmc.peak_flops(device, precision)
+    model_f, hw_f = _flops(cfg, seq_len, recompute)
+    notes = (f"MFU: 6N + 12 L h s = {model_f:.4g} FLOPs per token (N without the "
+             f"embedding, PaLM's and torchtitan's count) over the {device}'s dense "
+             f"{precision} peak {peak / 1e12:g} TFLOP/s",
+             fit_note,
+             f"memory: model state at {lmm.state_scheme(precision)} bytes per parameter, "
+             f"Korthikanti et al. 2022 activations x {recompute} recomputation")
+    return peak, model_f, hw_f, notes
 
 
 @lru_cache(maxsize=4096)
