@@ -102,6 +102,16 @@ def test_resume_from_a_dcp_checkpoint_is_bit_exact(tp2_run, tmp_path):
     got, want = torch.load(path, weights_only=True), torch.load(whole_path, weights_only=True)
     assert all(torch.equal(got[n], want[n]) for n in want)
     assert resumed["final_param_checksum"] == whole["final_param_checksum"]
+    # DCP reshards: the tp 2 checkpoint resumes as a 2-stage pipeline of the same batch
+    other = cfg.with_(layout=ParallelLayout(pp=2, micro_batch=2, accumulation=2,
+                                            precision="fp32"),
+                      checkpoint_dir=str(ckpt), resume=True, final_params_path=str(path))
+    repiped = run_parallel(other)
+    assert repiped["resumed_from_step"] == 2
+    assert max(abs(a - b) for a, b in zip(repiped["losses"], whole["losses"][2:],
+                                         strict=True)) < TOL
+    got = torch.load(path, weights_only=True)
+    assert max(float((got[n] - want[n]).abs().max()) for n in want) < TOL
     with pytest.raises(UsageError, match="the checkpoint is of another run"):
         run_parallel(cfg.with_(checkpoint_dir=str(ckpt), resume=True, lr=0.2))
 
