@@ -3,7 +3,8 @@
 
 Both rules walk the model's children that hold parameters:
 
-- :func:`fsdp_units`: a container (``Sequential``, ``ModuleList``) of several such children
+- :func:`fsdp_units`: a container (``Sequential``, ``ModuleList``, ``ModuleDict``: a
+  language model's ``blocks``) of several such children
   gives its children (a ResNet's ``layer1`` its residual blocks, VGG's ``features`` its
   convolutions); a child whose parameters are mostly in such a container further down (a
   ViT's ``encoder``, whose ``layers`` hold the transformer blocks; a GPT's ``transformer``
@@ -25,7 +26,7 @@ import math
 import torch
 from torch import nn
 
-CONTAINERS = (nn.Sequential, nn.ModuleList)
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
 
 def _has_params(m: nn.Module) -> bool:
@@ -56,7 +57,18 @@ def _stack_inside(m: nn.Module) -> bool:
 
 
 def fsdp_units(model: nn.Module) -> list[nn.Module]:
-    """The units FSDP2 shards one by one (module docstring)."""
+    """The units FSDP2 shards one by one (module docstring). Modules that share a parameter
+    with another unit (a language model's token embedding and the head tied to it) are
+    left to the root: a parameter belongs to one unit, gathered wherever it is used."""
+    units = _units(model)
+    owners: dict[int, int] = {}
+    for i, u in enumerate(units):
+        for p in u.parameters():
+            owners[id(p)] = -1 if owners.get(id(p), i) != i else i
+    return [u for u in units if all(owners[id(p)] >= 0 for p in u.parameters())]
+
+
+def _units(model: nn.Module) -> list[nn.Module]:
     out: list[nn.Module] = []
     for child in model.children():
         if not _has_params(child):
@@ -65,7 +77,7 @@ def fsdp_units(model: nn.Module) -> list[nn.Module]:
         if inner is not None:
             out.extend(inner)
         elif _stack_inside(child):
-            out.extend(fsdp_units(child))
+            out.extend(_units(child))
         else:
             out.append(child)
     return out
