@@ -43,7 +43,6 @@ def register(subparsers) -> None:
         "parameter servers (sync or async) or DDP, timing every phase of the step.",
         epilog=EPILOG, formatter_class=HelpFormatter)
     add_workload_options(p)
-    add_parallel_options(p)  # --tp, --pp, --vpp, --schedule, --sequence-parallel, --cp
     p.add_argument("--workers", type=int, required=True, metavar="W", help="data-parallel workers")
     p.add_argument("--ps", type=int, default=None, metavar="P",
                    help="parameter servers (default 1, or W with --colocate)")
@@ -111,6 +110,8 @@ def register(subparsers) -> None:
     p.add_argument("--out", default="run.json", help="run.json path (default run.json)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     p.add_argument("--json", action="store_true", help="print run.json to stdout")
+    add_parallel_options(p)  # --tp, --pp, --vpp, --schedule, --sequence-parallel, --cp,
+    # --precision; --recompute also takes selective there
     p.set_defaults(func=run)
 
 
