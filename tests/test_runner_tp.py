@@ -9,7 +9,7 @@ from scalelab.models.model import build
 from scalelab.parallel import ParallelLayout
 from scalelab.runner.mesh import DIMS, Coords, coords_of, rank_of, shape_of
 from scalelab.runner.tensor_parallel import block_plan, check_tp
-from tests.parallel_reference import GPT2, LLAMA, config, max_differences
+from tests.parallel_reference import GPT2, LLAMA, config, max_differences, one_process
 
 TOL = 1e-5
 
@@ -145,6 +145,10 @@ def test_fsdp_over_dp_times_tp_on_2x2_equals_one_process(tmp_path):
                                       "micro-batches per step, got 1 (--accumulation-steps"),
     (["--cp", "2", "--workers", "2"], "--cp 2: context parallelism does not run on the CPU"),
     (["--tp", "2", "--workers", "2", "--ps", "1"], "--ps is not taken by a tensor or pipeline"),
+    (["--tp", "2", "--workers", "2", "--precision", "fp16"], "--precision fp16: fp16 needs loss "
+                                                            "scaling"),
+    (["--tp", "2", "--workers", "4", "--architecture", "fsdp", "--zero", "1"],
+     "--zero 1 (optimizer state sharded alone) is not built"),
 ])
 def test_bad_layouts_on_the_command_line_are_one_line_exit_2(argv, message, tmp_path, capsys):
     import json
@@ -176,11 +180,16 @@ def test_the_run_command_trains_tp2_and_writes_the_split(tmp_path):
     out = tmp_path / "run.json"
     code = main(["run", f"hf:{tmp_path}", "--seq-len", "16", "--workers", "2", "--tp", "2",
                  "--batch-size", "2", "--steps", "3", "--warmup-steps", "1", "--lr", "0.1",
-                 "--device", "cpu", "--quiet", "--out", str(out)])
+                 "--precision", "bf16", "--device", "cpu", "--quiet", "--out", str(out)])
     assert code == 0
     data = json.loads(out.read_text())
     assert data["schema"] == "scalelab.run/1"
     assert data["config"]["tp"] == 2 and data["config"]["sequence_parallel"] is True
+    assert data["config"]["layout"]["precision"] == "bf16"
+    # bf16 autocast: near the fp32 losses of one process (not equal)
+    ref, _ = one_process(config(micro_batch=2, steps=3))
+    assert max(abs(a - b) for a, b in zip(data["losses"], ref, strict=True)) < 0.05
+    assert data["losses"] != ref
     assert set(data["split"]) >= {"compute_s", "tp_comm_s", "pp_bubble_s", "dp_exchange_s"}
     assert len(data["losses"]) == 3 and data["final_param_checksum"] > 0
 

@@ -26,12 +26,21 @@ def add_parallel_options(p: argparse.ArgumentParser) -> None:
                    "reduce-scatter instead of all-reduce (default on with --tp > 1)")
     g.add_argument("--cp", type=positive_int, default=1, metavar="C",
                    help="context-parallel degree (CUDA only; planned, not run here)")
+    g.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16", "fp8"],
+                   default=None, help="a language model's training precision: fp32 "
+                   "(default), bf16 (autocast; CPU and CUDA), tf32 (CUDA); fp16 and fp8 are "
+                   "refused")
+    have = {a.option_strings[0]: a for a in p._actions if a.option_strings}
+    if "--recompute" in have and "selective" not in have["--recompute"].choices:
+        have["--recompute"].choices = [*have["--recompute"].choices, "selective"]
 
 
 def wants_parallel(args) -> bool:
     """Whether the command line asks for a tensor/pipeline/context-parallel layout."""
     return (args.tp > 1 or args.pp > 1 or args.cp > 1 or args.vpp > 1
-            or args.schedule is not None or args.sequence_parallel is not None)
+            or args.schedule is not None or args.sequence_parallel is not None
+            or args.precision is not None
+            or getattr(args, "recompute", None) == "selective")
 
 
 def _refuse_foreign(args) -> None:
@@ -43,7 +52,6 @@ def _refuse_foreign(args) -> None:
            (args.emulate_network is not None, "--emulate-network"),
            (args.data is not None, "--data"), (args.colocate, "--colocate"),
            (args.piece_size is not None, "--piece-size"),
-           (getattr(args, "recompute", "none") != "none", "--recompute"),
            (args.algorithm != "default", "--algorithm")]
     for given, name in bad:
         if given:
@@ -61,15 +69,15 @@ def config_from_args(args):
     _refuse_foreign(args)
     spec = workload_from_args(args)
     if spec.transformer is None:
-        raise UsageError(f"tensor and pipeline layouts split a built-in language model (a "
-                         f"preset such as gpt2 or llama3-8b, or hf:PATH): {args.model!r} is not")
+        raise UsageError(f"tensor and pipeline layouts and --precision train a built-in "
+                         f"language model (a preset such as gpt2 or llama3-8b, or hf:PATH): "
+                         f"{args.model!r} is not (image runs take --algorithm bf16_autocast)")
     per = args.tp * args.pp * args.cp
     if args.workers % per:
         raise UsageError(f"tp {args.tp} x pp {args.pp} x cp {args.cp} = {per} ranks per "
                          f"data-parallel replica does not divide --workers {args.workers}")
-    if args.architecture == "fsdp" and (args.zero or 3) != 3:
-        raise UsageError(f"--zero {args.zero}: FSDP2 over a tensor-parallel mesh shards "
-                         "parameters, gradients and optimizer state (--zero 3)")
+    if args.zero is not None and args.architecture != "fsdp":
+        raise UsageError(f"--zero {args.zero} needs --architecture fsdp")
     schedule = args.schedule or "1f1b"
     sp = args.tp > 1 if args.sequence_parallel is None else args.sequence_parallel
     if sp and args.tp == 1:
@@ -81,7 +89,9 @@ def config_from_args(args):
             sequence_parallel=sp, schedule=schedule, vpp=args.vpp,
             micro_batch=args.batch_size,
             accumulation=getattr(args, "accumulation_steps", 1),
-            precision="fp32", zero=3 if args.architecture == "fsdp" else 0)
+            precision=args.precision or "fp32",
+            recompute=getattr(args, "recompute", None) or "none",
+            zero=(args.zero or 3) if args.architecture == "fsdp" else 0)
     except ValueError as e:
         raise UsageError(f"{e} (--accumulation-steps sets the micro-batches per step)"
                          if "micro-batches" in str(e) else str(e)) from None

@@ -76,14 +76,19 @@ class ParallelRunConfig:
             raise UsageError(f"a {lay.exchange} exchange is not built for tensor or pipeline "
                              "layouts: their data-parallel part all-reduces (or shards "
                              "with --architecture fsdp)")
-        if lay.precision != "fp32":
-            raise UsageError(f"--precision {lay.precision}: this runner trains in fp32")
-        if lay.recompute != "none":
-            raise UsageError(f"--recompute {lay.recompute} is not built for tensor or "
-                             "pipeline layouts (none)")
+        from scalelab.runner.parallel_compute import check_precision
+
+        check_precision(lay.precision, self.device)
         if self.fsdp and lay.dp == 1:
             raise UsageError("--architecture fsdp shards over the data-parallel ranks: with "
                              f"tp {lay.tp} x pp {lay.pp} there is one (use more workers)")
+        if self.fsdp and lay.zero == 1:
+            raise UsageError("--zero 1 (optimizer state sharded alone) is not built for tensor "
+                             "or pipeline layouts: FSDP2 shards gradients too (--zero 2) or "
+                             "parameters as well (--zero 3)")
+        if lay.zero and not self.fsdp:
+            raise UsageError(f"ZeRO-{lay.zero} shards over the data-parallel ranks: it needs "
+                             "--architecture fsdp")
         if self.fsdp and lay.pp > 1:
             raise UsageError("--architecture fsdp with a pipeline is not built (FSDP2 over "
                              "tensor parallelism is: use --pp 1)")

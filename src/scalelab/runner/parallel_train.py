@@ -36,6 +36,7 @@ import torch.distributed as dist
 from scalelab.models.model import build, next_token_loss
 from scalelab.runner import parallel_checkpoint as ckpt
 from scalelab.runner.mesh import build_mesh, coords_of
+from scalelab.runner.parallel_compute import apply_precision, apply_recompute
 from scalelab.runner.parallel_config import ParallelRunConfig, synthetic_batch
 from scalelab.runner.parallel_timing import CollectiveClock, ParallelStepTimer, is_probe
 
@@ -57,6 +58,8 @@ class ParallelTrainer:
             if lay.pp > 1:
                 ppmod.cut_stage(m, s, self.n_stages)
             m.to(device).train()
+            apply_recompute(m, lay.recompute)
+            apply_precision(m, lay.precision, device.type)
             if lay.tp > 1:
                 from scalelab.runner.tensor_parallel import apply_tp
 
@@ -78,9 +81,12 @@ class ParallelTrainer:
     def _shard(self, m) -> None:
         from torch.distributed.fsdp import fully_shard
 
+        # ZeRO-2: parameters stay gathered from forward to backward; 3 (or 0, FSDP's
+        # default): resharded after each unit's forward and gathered again for backward
+        reshard = self.cfg.layout.zero != 2
         for block in m.blocks.values():
-            fully_shard(block, mesh=self.mesh["dp"])
-        fully_shard(m, mesh=self.mesh["dp"])
+            fully_shard(block, mesh=self.mesh["dp"], reshard_after_forward=reshard)
+        fully_shard(m, mesh=self.mesh["dp"], reshard_after_forward=reshard)
 
     def _optimizer(self, m):
         params = [p for p in m.parameters() if p.requires_grad]
