@@ -99,8 +99,15 @@ def register(subparsers) -> None:
                    help="devices behind one PCIe switch uplink (default 1)")
     p.add_argument("--grad-dtype", choices=["fp32", "bf16", "fp16"],
                    help="precision of the exchanged gradients (default fp32)")
-    p.add_argument("--accumulation-steps", type=_fraction_int, metavar="K",
-                   help="micro-batches per exchange (default 1)")
+    p.add_argument("--accumulation-steps", type=positive_int, metavar="K",
+                   help="micro-batches per exchange (default 1; with --global-batch: chosen)")
+    p.add_argument("--global-batch", type=positive_int, metavar="G",
+                   help="samples per optimizer step over all devices, kept exactly: "
+                        "micro-batch x accumulation steps x devices (micro-batch, "
+                        "accumulation, layout and recomputation chosen to fit)")
+    p.add_argument("--recompute", choices=["none", "full"],
+                   help="activation checkpointing per block (default: weighed, its extra "
+                        "forward against the batch it frees; run --recompute)")
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16", "fp8"],
                    help="precision the target computes in (default: PyTorch's default on "
                         "the device, TF32 convolutions on Ampere and later)")
@@ -170,7 +177,7 @@ def build_plan(args):
         batch_size=args.batch_size, loader_workers=args.loader_workers,
         params=cal.params if cal else None, band=cal.band if cal else None,
         calibration_model=cal.model if cal else None, precision=args.precision,
-        layout=args.layout,
+        layout=args.layout, global_batch=args.global_batch, recompute=args.recompute,
         **({"default_mfu": args.mfu} if args.mfu is not None else {}),
     )
     return inp, cluster, planner.plan(inp, cluster, options)

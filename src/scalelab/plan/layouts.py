@@ -73,6 +73,8 @@ class ModelSizes:
     shapes: tuple[tuple[int, ...], ...]  # every trainable tensor's shape
     unit_params: tuple[int, ...] = ()  # parameters of each FSDP unit (block)
     per_sample_bytes: float = 0.0  # activations saved for backward + input, per sample
+    per_sample_bytes_recompute: float | None = None  # the same with every block recomputed
+    # (scalelab.blocks.recompute_saved_bytes); None: not counted
     param_bytes_per_param: float = 4
     grad_bytes_per_param: float = 4
     optimizer_bytes_per_param: float = 4
@@ -82,12 +84,25 @@ class ModelSizes:
         return sum(math.prod(s) for s in self.shapes)
 
 
+def per_sample_bytes(sizes: ModelSizes, recompute: str = "none") -> float:
+    """Bytes per sample of a step, plain or with every block recomputed (``full``)."""
+    if recompute not in ("none", "full"):
+        raise ValueError(f"unknown recompute {recompute!r} (none or full)")
+    if recompute == "full" and sizes.per_sample_bytes_recompute is not None:
+        return sizes.per_sample_bytes_recompute
+    return sizes.per_sample_bytes
+
+
 def layout_memory(sizes: ModelSizes, ranks: int, layout: str, batch_size: int,
-                  rank: int | None = None, ddp_bucket_copies: bool = False) -> LayoutMemory:
+                  rank: int | None = None, ddp_bucket_copies: bool = False,
+                  recompute: str = "none", accumulation_steps: int = 1) -> LayoutMemory:
     """The peak of ``layout`` over ``ranks`` at ``batch_size``.
 
     ``rank=None``: the paper's even split (``Psi / N``); a rank index: exactly what that
     rank holds (tensors sharded on their first dimension, ZeRO-1's whole-tensor placement).
+    ``recompute="full"``: activations per sample with every block recomputed;
+    ``accumulation_steps`` > 1: ZeRO-2/3 hold whole gradients while accumulating
+    (:func:`scalelab.theory.zero.accumulation_grad_bytes`), counted with the transient.
     """
     zero.check_layout(layout)
     kw = dict(param_bytes_per_param=sizes.param_bytes_per_param,
@@ -102,9 +117,11 @@ def layout_memory(sizes: ModelSizes, ranks: int, layout: str, batch_size: int,
     buckets = (sizes.grad_bytes_per_param * sizes.params
                if ddp_bucket_copies and layout in ("ddp", "zero1") and ranks > 1 else 0)
     units = list(sizes.unit_params) or [sizes.params]
-    transient = zero.transient_bytes(units, ranks, layout, **kw)
+    transient = zero.transient_bytes(units, ranks, layout, **kw) + \
+        zero.accumulation_grad_bytes(sizes.params, ranks, layout, accumulation_steps,
+                                     grad_bytes_per_param=sizes.grad_bytes_per_param)
     return LayoutMemory(layout, ranks, batch_size, state, buckets, transient,
-                        sizes.per_sample_bytes)
+                        per_sample_bytes(sizes, recompute))
 
 
 def all_layouts(sizes: ModelSizes, ranks: int, batch_size: int) -> list[LayoutMemory]:
@@ -140,10 +157,12 @@ def sizes_from_components(c: dict) -> ModelSizes:
     (:func:`scalelab.profiler.memory.memory_components`)."""
     n = max(int(c["param_count"]), 1)
     shapes = tuple(tuple(int(d) for d in s) for s in c.get("tensor_shapes") or [[n]])
+    inputs = float(c.get("input_bytes_per_sample") or 0)
+    rec = c.get("activation_bytes_per_sample_recompute")
     return ModelSizes(
         shapes, tuple(int(u) for u in c.get("unit_params") or ()),
-        per_sample_bytes=float(c["activation_bytes_per_sample"]) + float(
-            c.get("input_bytes_per_sample") or 0),
+        per_sample_bytes=float(c["activation_bytes_per_sample"]) + inputs,
+        per_sample_bytes_recompute=None if rec is None else float(rec) + inputs,
         param_bytes_per_param=c["param_bytes"] / n, grad_bytes_per_param=c["grad_bytes"] / n,
         optimizer_bytes_per_param=c["optimizer_bytes"] / n)
 

@@ -42,6 +42,11 @@ class PlanOptions:
     layout: str | None = None
     """Model-state layout: ddp|zero1|zero2|zero3 (default: chosen by memory and efficiency,
     :mod:`scalelab.plan.layout_choice`)."""
+    global_batch: int | None = None
+    """Samples per optimizer step over all devices, kept exactly: micro-batch x accumulation
+    steps x data-parallel ranks (:mod:`scalelab.plan.global_batch`)."""
+    recompute: str | None = None
+    """Activation checkpointing per block: none|full (default: weighed by the plan)."""
     target: object = None
     """The batch and precision the plan chose for the target device
     (:class:`scalelab.plan.target.TargetChoice`); set by the plan itself."""
@@ -63,6 +68,11 @@ class PlanOptions:
         if self.precision is not None and self.precision not in hardware.PRECISIONS:
             raise UsageError(f"unknown precision {self.precision!r} "
                              f"({', '.join(hardware.PRECISIONS)})")
+        if self.global_batch is not None and (isinstance(self.global_batch, bool) or int(
+                self.global_batch) != self.global_batch or self.global_batch < 1):
+            raise UsageError(f"global_batch must be an integer >= 1, got {self.global_batch}")
+        if self.recompute is not None and self.recompute not in ("none", "full"):
+            raise UsageError(f"unknown recompute {self.recompute!r} (none or full)")
         if self.layout is not None and self.layout not in ("ddp", "zero1", "zero2", "zero3"):
             raise UsageError(f"unknown layout {self.layout!r} (ddp, zero1, zero2, zero3)")
         for a in self.architectures or ():

@@ -49,6 +49,7 @@ from scalelab.text import format_s, server_hosts
 from scalelab.theory import io as theory_io
 from scalelab.theory import topology
 from scalelab.theory.band import ErrorBand, combine, relative_band
+from scalelab.theory.memory import recompute_compute_s
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,14 @@ class Recommendation:
     """Why that layout: each layout's memory per GPU against the device, its efficiency."""
     layouts: tuple[dict[str, Any], ...] = ()
     """Every layout at the recommended batch and devices (memory, fits, efficiency)."""
+    micro_batch: int | None = None
+    """Samples per device per forward and backward (``batch_size``; None: unknown)."""
+    accumulation: int = 1
+    """Micro-batches per exchange (gradient accumulation)."""
+    global_batch: int | None = None
+    """Samples per optimizer step over all devices: micro_batch x accumulation x gpus."""
+    recompute: str = "none"
+    """Activation checkpointing per block: none | full (:mod:`scalelab.plan.global_batch`)."""
     precision: str | None = None
     """The precision the target computes in (fp32 | tf32 | bf16 | fp16; None: as measured
     on a device the catalog does not know)."""
@@ -197,6 +206,9 @@ def _setting(inp: PlanInput, cluster: Cluster, options: PlanOptions, notes: Note
         notes.warn("estimate", w)
     k = cluster.accumulation_steps
     compute_s = k * tc.compute_s  # k micro-batches per exchange
+    if options.recompute == "full":  # every block's forward once more (theory.memory)
+        bf = inp.backward_fraction
+        compute_s = recompute_compute_s(compute_s, None if bf is None else max(0.0, 1 - bf))
     load = inp.load_s_at(batch)
     cores = cluster.cpu_cores()[0]
     if load:
@@ -289,7 +301,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     sweep = tuple(r for a in archs for r in all_rows[a] if r.gpus in shown)
     choice = choosing.choose(all_rows, archs, options.target_efficiency, cluster.architecture)
     decided = layout_choice.choose(st, choice, all_rows, max_gpus)
-    if decided is not None and decided.batch_size != st.batch and not options.layout:
+    if layout_choice.needs_replan(st, decided) and not options.layout:
         return layout_choice.with_first_reason(
             plan(*layout_choice.replan_inputs(inp, cluster, options, decided)), decided)
     choice = layout_choice.apply(choice, all_rows, decided)
@@ -318,6 +330,8 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     if small:
         notes.warn("compute", small)
     algorithm = advice.target_algorithm(st)
+    accumulation = decided.accumulation_steps if decided else cluster.accumulation_steps
+    recompute = options.recompute or (decided.recompute if decided else "none")
     rec = Recommendation(
         batch_size=st.batch, algorithm=algorithm,
         architecture=choice.architecture,
@@ -332,7 +346,11 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
                               hosts, algorithm, flat_samples_per_s=(
                                   all_rows["allreduce"][row.gpus - 1].samples_per_s
                                   if "allreduce" in all_rows else None),
-                              layout=decided.layout if decided else "ddp"),
+                              layout=decided.layout if decided else "ddp",
+                              accumulation_steps=accumulation, recompute=recompute),
+        micro_batch=decided.launch_batch if decided else st.batch, accumulation=accumulation,
+        global_batch=row.gpus * (decided.launch_batch if decided else st.batch) * accumulation,
+        recompute=recompute,
         layout=decided.layout if decided else "ddp",
         layout_reason=decided.reason if decided else None,
         layouts=tuple(o.to_dict() for o in decided.options) if decided else (),
@@ -397,11 +415,13 @@ def _too_small(st: _Setting) -> str | None:
 def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: int,
                    num_ps: int, batch: int, servers_per_node: tuple[int, ...] = (),
                    algorithm: str | None = None,
-                   flat_samples_per_s: float | None = None, layout: str = "ddp") -> str:
+                   flat_samples_per_s: float | None = None, layout: str = "ddp",
+                   accumulation_steps: int = 1, recompute: str = "none") -> str:
     """torchrun + ``scalelab run`` for the recommendation, as node 0 would type it; with
     colocated servers, which nodes host them; with a computation configuration other than
     PyTorch's defaults, ``--algorithm`` so that the run trains in it; a sharded ``layout``
-    (zero1/2/3) runs ``--architecture fsdp --zero N``. ``scalelab run`` has
+    (zero1/2/3) runs ``--architecture fsdp --zero N``; gradient accumulation and
+    recomputation run as ``--accumulation-steps K`` and ``--recompute full``. ``scalelab run`` has
     no hierarchical mode: a hierarchical recommendation runs DDP's all-reduce, and the
     command says so, with that run's predicted throughput (``flat_samples_per_s``)."""
     model = inp.model or "MODEL"
@@ -412,6 +432,10 @@ def launch_command(inp: PlanInput, cluster: Cluster, architecture: str, gpus: in
     run_algorithm = run_name(algorithm)
     if run_algorithm:
         args += f" --algorithm {run_algorithm}"
+    if accumulation_steps > 1:
+        args += f" --accumulation-steps {accumulation_steps}"
+    if recompute != "none":
+        args += f" --recompute {recompute}"
     if gpus == 1:
         return f"scalelab run {model} --workers 1 {args}"
     if architecture != "ps":

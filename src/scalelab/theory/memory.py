@@ -52,3 +52,20 @@ def largest_batch(memory_bytes: float, intercept_bytes: float, per_sample_bytes:
     if not per_sample_bytes > 0:
         return None
     return math.floor((usable_bytes(memory_bytes, margin) - intercept_bytes) / per_sample_bytes)
+
+
+RECOMPUTE_FORWARD_SHARE = 1 / 3
+"""Forward's share of forward + backward when nothing better is known: backward computes
+two products per forward product (the gradients of the inputs and of the weights), so
+forward is 1/3 of the FLOPs (Kaplan et al. 2020, "Scaling laws", C = 6N per token of which
+2N forward)."""
+
+
+def recompute_compute_s(compute_s: float, forward_share: float | None = None) -> float:
+    """Step compute with every block recomputed: one more forward, ``T (1 + f)`` with f the
+    forward's share of the step (:data:`RECOMPUTE_FORWARD_SHARE` by default). An upper
+    bound: the layers outside the blocks (a stem, a head) are not run twice."""
+    f = RECOMPUTE_FORWARD_SHARE if forward_share is None else forward_share
+    if not 0 <= f <= 1:
+        raise ValueError(f"forward share must be in [0, 1], got {f}")
+    return compute_s * (1 + f)

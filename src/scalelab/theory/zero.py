@@ -382,3 +382,23 @@ def layout_exposed_s(layout: str, ddp_exposed_s: float, ddp_allreduce_s: float, 
         ratio = param_bytes_per_param * ranks / (2 * grad_bytes_per_param * (ranks - 1))
         return ddp_exposed_s + ratio * ddp_allreduce_s
     return exchange_factor(layout, **kw) * ddp_exposed_s
+
+
+def accumulation_grad_bytes(params: float, ranks: int, layout: str, accumulation_steps: int,
+                            *, grad_bytes_per_param: float = 2) -> float:
+    """Extra gradient bytes a sharded rank holds while it accumulates micro-batches.
+
+    FSDP2 accumulates without exchanging (``set_requires_gradient_sync(False)``, as
+    ``scalelab run --accumulation-steps`` does, one reduce-scatter per step) by keeping
+    each unit's gradient whole and unreduced until the last micro-batch's backward: ZeRO-2
+    and ZeRO-3 then hold ``g Psi`` of gradients, not ``g Psi / N``, so
+    ``g Psi (N - 1) / N`` more than :func:`model_state` says. Plain DDP and ZeRO-1 hold
+    whole gradients anyway (0). One micro-batch per step: 0.
+    """
+    check_layout(layout)
+    _check(params, ranks)
+    if accumulation_steps < 1:
+        raise ValueError(f"accumulation steps must be >= 1, got {accumulation_steps}")
+    if accumulation_steps == 1 or layout in ("ddp", "zero1") or ranks == 1:
+        return 0.0
+    return grad_bytes_per_param * params * (ranks - 1) / ranks
