@@ -45,6 +45,8 @@ class Device:
     tf32_tflops: float | None = None
     bf16_tflops: float | None = None
     fp16_tflops: float | None = None
+    fp8_tflops: float | None = None  # dense FP8 tensor-core peak (Hopper, Blackwell)
+    fp8_source: str | None = None
     memory_bytes: int | None = None
     memory_bandwidth_Bps: float | None = None
     intra_node: str | None = None
@@ -59,9 +61,10 @@ class Device:
     host_link_source: str | None = None
 
     def peak_flops(self, precision: str = "fp32") -> float | None:
-        """Dense peak FLOP/s at ``precision``; None when unknown or not supported."""
-        if precision not in PRECISIONS:
-            raise UsageError(f"unknown precision {precision!r} ({', '.join(PRECISIONS)})")
+        """Dense peak FLOP/s at ``precision`` (``fp8`` too: the FP8 tensor cores' dense
+        peak); None when unknown or not supported."""
+        if precision not in PRECISIONS and precision != "fp8":
+            raise UsageError(f"unknown precision {precision!r} ({', '.join(PRECISIONS)}, fp8)")
         tflops = getattr(self, f"{precision}_tflops")
         return None if tflops is None else tflops * 1e12
 
