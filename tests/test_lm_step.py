@@ -67,3 +67,14 @@ def test_bad_inputs_are_value_errors():
         lm_step(preset("gpt2"), ParallelLayout(dp=128), 1024, H100x64)
     with pytest.raises(ValueError, match="stack"):
         lm_step(preset("gpt2"), ParallelLayout(), 1024, H100x64, stack="jax")
+
+
+def test_fp8_runs_the_products_on_the_fp8_peak_and_needs_one():
+    cfg = preset("llama3-8b")
+    lay = dict(dp=8, micro_batch=2, accumulation=4, zero=3)
+    bf16 = lm_step(cfg, ParallelLayout(**lay), 8192, H100x64)
+    fp8 = lm_step(cfg, ParallelLayout(**lay, precision="fp8"), 8192, H100x64)
+    assert fp8.compute_s < bf16.compute_s
+    a100 = LMTarget("A100-SXM-80GB", 8, 8, 300e9, 25e9)
+    with pytest.raises(ValueError, match="fp8"):
+        lm_step(cfg, ParallelLayout(**lay, precision="fp8"), 8192, a100)

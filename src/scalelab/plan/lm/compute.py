@@ -102,15 +102,18 @@ def value_bytes(precision: str) -> float:
     return 4.0 if precision in ("fp32", "tf32") else 2.0
 
 
+@lru_cache(maxsize=256)
 def peak_flops(device: str, precision: str) -> float:
-    """The device's dense peak for the matrix products at ``precision`` (fp8: the bf16
-    peak, until the catalog gives an fp8 figure)."""
-    dev = hardware.device(device)
-    p = "bf16" if precision == "fp8" else precision
-    peak = dev.peak_flops(p)
+    """The device's dense peak for the matrix products at ``precision`` (fp8: Float8
+    linears, torchao's, on the FP8 tensor cores; attention stays in bf16)."""
+    peak = hardware.device(device).peak_flops(precision)
     if peak is None:
         raise ValueError(f"{device} has no {precision} peak in the catalog")
     return peak
+
+
+def _attention_precision(precision: str) -> str:
+    return "bf16" if precision == "fp8" else precision
 
 
 #: output tiles cuBLAS chooses among, with the time a smaller tile costs per FLOP relative
@@ -158,6 +161,7 @@ def layer_work(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
     """The work of one block by pass (module docstring), cached."""
     dev = hardware.device(device)
     peak = peak_flops(device, precision)
+    apeak = peak_flops(device, _attention_precision(precision))
     bw = dev.memory_bandwidth_Bps
     sms = SMS.get(dev.name)
     w = value_bytes(precision)
@@ -171,14 +175,14 @@ def layer_work(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
     at_f = at_b = mem_f = mem_b = 0.0
     if fused_attention:
         af = 2.0 * batch * seq * seq * h_loc          # 4 b s^2 h, halved by the mask
-        at_f, at_b = af / peak, 2.5 * af / peak
+        at_f, at_b = af / apeak, 2.5 * af / apeak
         attn_fwd = (0.0, at_f, 0.0, 0.0)
     else:
         af = 4.0 * batch * seq * seq * h_loc          # the whole square
         scores = batch * heads_loc * seq * seq
-        mm_f, mm_b = mm_f + af / peak, mm_b + 2.0 * af / peak
+        mm_f, mm_b = mm_f + af / apeak, mm_b + 2.0 * af / apeak
         mem_f, mem_b = scores * 2 * w / bw, scores * 3 * w / bw  # softmax (r+w), its grad
-        attn_fwd = (af / peak, 0.0, mem_f, 0.0)
+        attn_fwd = (af / apeak, 0.0, mem_f, 0.0)
     flops += af
     # memory-bound: 2 norms (read, write) and 2 residual adds (2 reads, a write), on s/t
     # rows with sequence parallelism
