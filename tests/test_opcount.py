@@ -83,7 +83,7 @@ def test_bad_inputs():
 def test_larger_batches_derived_exactly_from_two_traces():
     spec = WorkloadSpec("resnet18", input_shape=(3, 32, 32), num_classes=10)
     derived = step_ops(spec, 24)
-    traced = opcount._trace(spec.model, spec.input_shape, spec.num_classes, spec.optimizer, 24)
+    traced = opcount._trace(spec, 24)
     assert derived.ops == traced.ops and derived.batch_size == 24
 
 
@@ -140,7 +140,7 @@ def test_outputs_made_from_shapes_are_pytorchs(monkeypatch, model, shape):
                 differ.append(str(func))
         return mine
 
-    spec = (model, shape, 10, "sgd", 2)
+    spec = (WorkloadSpec(model, input_shape=shape, num_classes=10), 2)
     from_shapes = metashapes.shaped
     monkeypatch.setattr(metashapes, "shaped", checked)
     fast = opcount._trace.__wrapped__(*spec)

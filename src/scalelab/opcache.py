@@ -279,6 +279,16 @@ def _spec(spec: WorkloadSpec | str) -> WorkloadSpec:
     return WorkloadSpec(model=spec) if isinstance(spec, str) else spec
 
 
+def _lm_fields(spec: WorkloadSpec) -> dict:
+    """What else names a model that takes token ids: its input and, for a built-in language
+    model, its whole shape (a reduced copy, an ``hf:`` file's contents); nothing for an
+    image model, so that its keys stay those written before."""
+    if not spec.tokens:
+        return {}
+    lm = spec.transformer
+    return {"input": "tokens", "transformer": lm.to_dict() if lm is not None else None}
+
+
 def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
     """:func:`scalelab.opcount.step_ops`, counted once per (model, input shape, classes,
     optimizer, batch, torch version) and kept on disk."""
@@ -289,7 +299,7 @@ def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
 
         return opcount.step_ops(spec, batch_size)
 
-    fields = {"model": spec.model, "input_shape": list(spec.input_shape),
+    fields = {"model": spec.model, "input_shape": list(spec.input_shape), **_lm_fields(spec),
               "num_classes": spec.num_classes, "optimizer": spec.optimizer,
               "batch_size": batch_size}
     return cached("ops", fields, count, persist=spec.named)
@@ -305,7 +315,7 @@ def describe(spec: WorkloadSpec | str, flops: bool = True) -> WorkloadInfo:
 
         return opcount.describe(spec, flops=flops)
 
-    fields = {"model": spec.model, "input_shape": list(spec.input_shape),
+    fields = {"model": spec.model, "input_shape": list(spec.input_shape), **_lm_fields(spec),
               "num_classes": spec.num_classes, "flops": bool(flops)}
     return cached("describe", fields, run, persist=spec.named)
 
@@ -321,6 +331,6 @@ def memory_components(spec: WorkloadSpec | str) -> dict | None:
 
         return memory.try_memory_components(spec)
 
-    fields = {"model": spec.model, "input_shape": list(spec.input_shape),
+    fields = {"model": spec.model, "input_shape": list(spec.input_shape), **_lm_fields(spec),
               "num_classes": spec.num_classes, "optimizer": spec.optimizer}
     return cached("memory", fields, run, persist=spec.named)

@@ -185,14 +185,15 @@ def record_step(spec: WorkloadSpec, net: torch.nn.Module, x: torch.Tensor,
 
 
 @lru_cache(maxsize=64)
-def _trace(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
-           batch_size: int) -> StepOps:
-    spec = WorkloadSpec(model=model, input_shape=input_shape, num_classes=num_classes,
-                        optimizer=optimizer)
+def _trace(spec: WorkloadSpec, batch_size: int) -> StepOps:
+    """One traced step; ``spec`` (hashable) keys the cache whole, so a language model's
+    reduced copy or a factory taking token ids is not another model's trace."""
+    model, input_shape, num_classes, optimizer = (spec.model, spec.input_shape,
+                                                  spec.num_classes, spec.optimizer)
     net = meta_model(spec)
     with torch.device("meta"):
-        x = torch.empty((batch_size, *spec.input_shape))
-        y = torch.zeros(batch_size, dtype=torch.long)
+        x = spec.example_input(batch_size, "meta", empty=True)
+        y = spec.example_target(batch_size, "meta")
     params = [p for p in net.parameters() if p.requires_grad]
     with _fused_attention():
         step = record_step(spec, net, x, y)
@@ -227,14 +228,13 @@ def _affine(small: StepOps, large: StepOps, batch: int) -> StepOps | None:
 
 
 @lru_cache(maxsize=256)
-def _count(model: str, input_shape: tuple[int, ...], num_classes: int, optimizer: str,
-           batch_size: int) -> StepOps:
+def _count(spec: WorkloadSpec, batch_size: int) -> StepOps:
     if batch_size in _SMALL:
-        return _trace(model, input_shape, num_classes, optimizer, batch_size)
-    traced = [_trace(model, input_shape, num_classes, optimizer, b) for b in _SMALL]
+        return _trace(spec, batch_size)
+    traced = [_trace(spec, b) for b in _SMALL]
     derived = _affine(*traced, batch_size)
     if derived is None:  # the operations change with the batch: trace this one
-        return _trace(model, input_shape, num_classes, optimizer, batch_size)
+        return _trace(spec, batch_size)
     return derived
 
 
@@ -252,8 +252,7 @@ def step_ops(spec: WorkloadSpec | str, batch_size: int) -> StepOps:
         raise ValueError("batch_size must be >= 2: batch normalization in training needs "
                          "more than one value per channel")
     try:
-        return _count(spec.model, tuple(spec.input_shape), spec.num_classes, spec.optimizer,
-                      int(batch_size))
+        return _count(spec, int(batch_size))
     except (ValueError, TypeError):
         raise
     except Exception as e:  # noqa: BLE001 - a model that meta tensors cannot run
@@ -273,8 +272,10 @@ def count_flops_per_sample(spec: WorkloadSpec, model: torch.nn.Module, device: s
     per channel in training mode; every count is linear in the batch, so it is halved.
     """
     batch = 2
-    x = torch.randn((batch, *spec.input_shape), device=device)
-    y = torch.zeros(batch, dtype=torch.long, device=device)
+    x = spec.example_input(batch, device)
+    y = spec.example_target(batch, device)
+    if not spec.tokens:
+        x = torch.randn(x.shape, device=device)
     return sum(o.flops for o in record_step(spec, model, x, y)) / batch
 
 

@@ -268,8 +268,8 @@ class WorkloadSpec:
     def __post_init__(self):
         if self.num_classes <= 0:
             raise UsageError(f"--num-classes must be > 0, got {self.num_classes}")
-        if self.optimizer not in ("sgd", "adam", "adamw"):
-            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd, adam or adamw)")
+        if self.optimizer not in ("sgd", "adam"):
+            raise UsageError(f"unknown optimizer {self.optimizer!r} (sgd or adam)")
         if self.loss != "cross_entropy":
             raise UsageError(f"unknown loss {self.loss!r} (cross_entropy)")
         if not 0 < self.lr < math.inf:
@@ -383,8 +383,6 @@ class WorkloadSpec:
         ``ZeroRedundancyOptimizer`` is given to build each rank's shard of it)."""
         if self.optimizer == "adam":
             return torch.optim.Adam, {"lr": self.lr}
-        if self.optimizer == "adamw":
-            return torch.optim.AdamW, {"lr": self.lr}
         return torch.optim.SGD, {"lr": self.lr, "momentum": self.momentum}
 
     def make_optimizer(self, params, fused: bool = False) -> torch.optim.Optimizer:

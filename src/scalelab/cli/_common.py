@@ -70,8 +70,8 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token-dtype", choices=["auto", "uint16", "uint32"], default="auto",
                    help="ids in a token file (--data PATH.bin): auto is uint16 for a "
                         "vocabulary of up to 65,536, else uint32")
-    p.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], default="sgd",
-                   help="sgd (momentum 0.9), adam or adamw (default sgd)")
+    p.add_argument("--optimizer", choices=["sgd", "adam"], default="sgd",
+                   help="sgd (momentum 0.9) or adam (default sgd)")
     p.add_argument("--lr", type=float, default=0.01, help="learning rate (default 0.01)")
     p.add_argument("--loss", choices=["cross_entropy"], default="cross_entropy")
 

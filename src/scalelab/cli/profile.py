@@ -56,17 +56,21 @@ def summary_table(prof: dict):
     from rich.table import Table
 
     w = prof["workload"]
+    seq = w.get("tokens_per_sample") or 0  # a language model: samples are sequences
+    per = f"sequence of {seq} tokens" if seq else "sample"
     t = Table(title=f"{w['model']} on {prof['environment'].get('device_name', prof['device'])}",
               caption=f"{w['param_count']:,} parameters, {w['param_bytes'] / 2**20:.1f} MiB "
-                      f"of gradients, {w['flops_per_sample'] / 1e9:.2f} GFLOP per sample")
+                      f"of gradients, {w['flops_per_sample'] / 1e9:.2f} GFLOP per {per}")
     for col in ("batch", "fwd ms", "bwd ms", "opt ms", "step ms", "± ms", "samples/s",
-                "peak MiB"):
+                *(("tokens/s",) if seq else ()), "peak MiB"):
         t.add_column(col, justify="right")
     for r in prof["batches"]:
         mark = " *" if r["batch_size"] == prof["recommended_batch_size"] else ""
         t.add_row(f"{r['batch_size']}{mark}", *(f"{r[k] * 1e3:.1f}" for k in
                   ("forward_s", "backward_s", "optimizer_s", "step_s", "step_s_spread")),
-                  f"{r['samples_per_s']:.1f}", f"{r['peak_memory_bytes'] / 2**20:.0f}")
+                  f"{r['samples_per_s']:.1f}",
+                  *((f"{r['samples_per_s'] * seq:,.0f}",) if seq else ()),
+                  f"{r['peak_memory_bytes'] / 2**20:.0f}")
     return t
 
 

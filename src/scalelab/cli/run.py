@@ -86,7 +86,8 @@ def register(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint-dir")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=None, metavar="PATH",
-                   help="image folder (PATH/<class>/<image>); synthetic data by default")
+                   help="image folder (PATH/<class>/<image>), or a language model's token "
+                        "file (flat uint16/uint32 ids, --token-dtype); synthetic by default")
     p.add_argument("--loader-workers", type=int, default=2, metavar="L",
                    help="with --data: loader processes per worker decoding ahead of the "
                    "step (0: decode in the training process; default 2)")
@@ -249,7 +250,8 @@ def run(args) -> int:
         print(json.dumps(result, indent=2))
     elif not args.quiet:
         console.print(_table(result))
-        sps = result.get("samples_per_s")
-        console.print(("" if sps is None else f"samples/s {sps:.1f}  ") + "final_param_checksum "
+        sps, tps = result.get("samples_per_s"), result.get("tokens_per_s")
+        console.print(("" if sps is None else f"samples/s {sps:.1f}  ")
+                      + ("" if tps is None else f"tokens/s {tps:,.0f}  ") + "final_param_checksum "
                       f"{result['final_param_checksum']:.10g}" + (f"  -> {out}" if out else ""))
     return 0

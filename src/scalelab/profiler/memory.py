@@ -141,8 +141,8 @@ def memory_components(spec) -> dict:
     per, recomputed = [], []
     for b in (1, 2):
         with torch.device("meta"):
-            x = torch.empty((b, *spec.input_shape))
-            y = torch.zeros(b, dtype=torch.long)
+            x = spec.example_input(b, "meta", empty=True)
+            y = spec.example_target(b, "meta")
         with ShapedMeta():
             per.append(activation_bytes(model, x, lambda o, y=y: loss(logits_of(o), y)))
             recomputed.append(recompute_saved_bytes(
@@ -163,7 +163,9 @@ def memory_components(spec) -> dict:
         # with every block recomputed (scalelab.blocks.recompute_saved_bytes): what is saved
         # outside the blocks, their inputs, and the largest block's own while it recomputes
         "activation_bytes_per_sample_recompute": max(recomputed[1] - recomputed[0], 0),
-        "input_bytes_per_sample": 4 * math.prod(spec.input_shape) + 8,
+        # a language model's sample: seq_len int64 ids, which are its target too
+        "input_bytes_per_sample": (8 * spec.seq_len if spec.tokens
+                                   else 4 * math.prod(spec.input_shape) + 8),
         "tensor_shapes": [list(p.shape) for p in params],
         "unit_params": [sum(p.numel() for p in u.parameters()) for u in fsdp_units(model)],
         "counted_on": "meta tensors, fp32",

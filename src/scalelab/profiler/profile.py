@@ -170,10 +170,11 @@ def run_profile(spec: WorkloadSpec, options: ProfileOptions | None = None,
             "tensor_bytes": info.tensor_bytes,
             "tensor_names": info.tensor_names,
             "flops_per_sample": info.flops_per_sample,
+            **_token_fields(spec, info),
         },
         "device": dev.type,
         "device_index": dev.index,
-        **_batches_and_fit(m),
+        **_batches_and_fit(m, spec.tokens_per_sample),
         "memory_budget_bytes": budget,
         "max_batch_size": max_batch,
         "max_batch_is_memory_limit": _is_memory_limit(opts, m, max_batch),
@@ -244,8 +245,21 @@ def _nothing_measured(spec: WorkloadSpec, m: _Measured, budget: int) -> str:
             + too_large_note(try_memory_components(spec), budget))
 
 
-def _batches_and_fit(m: _Measured) -> dict[str, Any]:
+def _token_fields(spec: WorkloadSpec, info) -> dict[str, Any]:
+    """A language model's workload in tokens: a sample is a sequence of ``seq_len`` ids."""
+    if not spec.tokens:
+        return {}
+    return {"tokens_per_sample": spec.seq_len,
+            "flops_per_token": info.flops_per_sample / spec.seq_len}
+
+
+def _batches_and_fit(m: _Measured, tokens_per_sample: int = 0) -> dict[str, Any]:
+    """The timed rows (with ``tokens_per_s`` beside ``samples_per_s`` for a language
+    model: samples are sequences of ``tokens_per_sample`` ids) and the lines through them."""
     batches = [_row(m.timed[b]) for b in sorted(m.timed)]
+    if tokens_per_sample:
+        for r in batches:
+            r["tokens_per_s"] = r["samples_per_s"] * tokens_per_sample
     sizes = [r["batch_size"] for r in batches]
     mem_points = {r["batch_size"]: r["peak_memory_bytes"] for r in batches}
     mem_points.update({b: t.peak_memory_bytes for b, t in m.memory_only.items()

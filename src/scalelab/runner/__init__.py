@@ -116,6 +116,14 @@ def _write_ranks(path, workdir: Path, world_size: int) -> None:
     write_text_atomic(path, "".join(lines))
 
 
+def _precheck_tokens(cfg: RunConfig) -> None:
+    """A language model's token file, opened and checked (ids below the vocabulary, one
+    sequence at least) before any process starts: one line, exit 2."""
+    from scalelab.runner.data import TokenFileShards
+
+    TokenFileShards(cfg.workload, cfg.data, cfg.seed, cfg.workers, cfg.batch_size)
+
+
 def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
     """Train as ``config`` says and return the run (the content of run.json).
 
@@ -130,7 +138,9 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
 
     _precheck_checkpoints(cfg)
     _precheck_devices(cfg)
-    if cfg.data not in (None, "", "synthetic") and not Path(cfg.data).is_dir():
+    if cfg.data not in (None, "", "synthetic") and cfg.workload.tokens:
+        _precheck_tokens(cfg)
+    elif cfg.data not in (None, "", "synthetic") and not Path(cfg.data).is_dir():
         raise UsageError(f"--data {cfg.data}: not a folder")
     workdir = make_workdir("run")
     try:

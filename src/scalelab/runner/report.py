@@ -120,6 +120,10 @@ def build(cfg, ranks: list[dict], wall_s: float) -> dict:
         "warmup_steps_used": warmup,
         "server_steps": server_steps,
         "samples_per_s": samples_per_s,
+        # a language model's samples are sequences of seq_len tokens
+        "tokens_per_s": (samples_per_s * cfg.workload.seq_len
+                         if cfg.workload.tokens and samples_per_s else None),
+        "seq_len": cfg.workload.seq_len if cfg.workload.tokens else None,
         "bytes_per_step": {"worker": role_bytes("worker"), "server": role_bytes("server")},
         "achieved_bandwidth_Bps": achieved,
         "per_rank": per_rank_list,
