@@ -181,7 +181,10 @@ def layer_work(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
         af = 4.0 * batch * seq * seq * h_loc          # the whole square
         scores = batch * heads_loc * seq * seq
         mm_f, mm_b = mm_f + af / apeak, mm_b + 2.0 * af / apeak
-        mem_f, mem_b = scores * 2 * w / bw, scores * 3 * w / bw  # softmax (r+w), its grad
+        # softmax (read, write) and its gradient; Megatron's attention dropout (p = 0.1 by
+        # default) writes a 1-byte mask and its output, and reads both again in backward
+        mem_f = scores * (2 * w + w + 1) / bw
+        mem_b = scores * (3 * w + w + 1) / bw
         attn_fwd = (af / apeak, 0.0, mem_f, 0.0)
     flops += af
     # memory-bound: 2 norms (read, write) and 2 residual adds (2 reads, a write), on s/t

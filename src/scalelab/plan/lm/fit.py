@@ -49,7 +49,8 @@ from scalelab.plan.lm.step import LMTarget, Terms, step_seconds, terms
 DATA = Path("../shared/data/lm")
 FILES = {"pytorch": "llmfoundry-mpt-a100.csv", "megatron": "vtrain-single-node-a100.csv"}
 FITTED = {"pytorch": ("matmul", "attention", "memory", "layer_s", "step_s"),
-          "megatron": ("matmul", "memory", "layer_s", "comm", "step_s", "collective_s")}
+          "megatron": ("matmul", "memory", "layer_s", "comm", "step_s", "collective_s",
+                       "p2p_s")}
 INVERSE = {"matmul", "attention", "memory", "comm"}   # fitted as 1/e
 NVLINK3_Bps = 300e9          # catalog nvlink3, per direction
 ROCE_PER_GPU_Bps = 1600e9 / 8 / 8   # 1,600 Gb/s per node over its 8 GPUs
@@ -137,7 +138,8 @@ def _base(stack: str) -> lm_fit.Efficiency:
     return lm_fit.Efficiency(overlap=overlap, layer_s=5e-4)
 
 
-_COLUMNS = ("matmul", "attention", "memory", "layer_s", "comm", "step_s", "collective_s")
+_COLUMNS = ("matmul", "attention", "memory", "layer_s", "comm", "step_s", "collective_s",
+            "p2p_s")
 
 
 def _features(t: Terms, eff: lm_fit.Efficiency) -> tuple[list[float], float]:
@@ -155,6 +157,7 @@ def _features(t: Terms, eff: lm_fit.Efficiency) -> tuple[list[float], float]:
     else:
         f[3] = k * t.micro_batch[3]
     f[6] = k * t.tp_steps
+    f[7] = k if t.bubble > 0 else 0.0
     f[4] += t.p2p_s
     const += t.p2p_latency_s
     if t.dp_per_micro_batch or eff.overlap > 0:

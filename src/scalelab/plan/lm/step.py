@@ -244,12 +244,15 @@ def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
     ``eff``. A micro-batch takes the longer of the device's time (its compute and its
     tensor-parallel collectives' bytes, in one stream) and the host's time to issue its
     layer passes, plus a fitted time per latency-bound ring step of those collectives
-    (each waits for every rank of the group, the ranks' hosts as much as their devices).
+    (each waits for every rank of the group, the ranks' hosts as much as their devices),
+    plus, in a pipeline, a fitted time per micro-batch for the stage's blocking sends and
+    receives (their setup and synchronization; the bytes are the p2p term).
     The tensor-parallel term is what the collectives add beyond the compute."""
     dev = lmc.device_s(t.micro_batch, eff)
     host = lmc.host_s(t.micro_batch, eff)
     tp_bytes = t.tp_s / eff.comm + t.tp_latency_s
-    mb = max(dev + tp_bytes, host) + t.tp_steps * eff.collective_s
+    mb = (max(dev + tp_bytes, host) + t.tp_steps * eff.collective_s
+          + (eff.p2p_s if t.bubble > 0 else 0.0))
     compute = t.micro_batches * max(dev, host)
     tp = t.micro_batches * mb - compute
     bubble = t.bubble * t.micro_batches * mb
