@@ -90,7 +90,7 @@ def test_per_node_bandwidth_says_how_many_nics():
     inp = workload_from_dict({"param_bytes": 100_000_000, "batch_size": 32, "step_s": 0.05,
                               "device": "A100-SXM-80GB"})
     c = Cluster(nodes=4, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE",
-                architecture="allreduce")
+                architecture="allreduce", platform="dgx")
     why = next(r for r in plan(inp, c, PlanOptions(target_efficiency=0.99))
                .recommendation.to_dict()["reasons"] if r.startswith("network_gbps_needed"))
     # a DGX A100 has one NIC per GPU: the per-node need is set against 8 of them

@@ -61,8 +61,11 @@ def test_without_a_named_architecture_the_fastest_is_recommended():
     rec = p.recommendation
     best = max((r for r in p.sweep if r.efficiency >= 0.8 - 1e-12),
                key=lambda r: r.samples_per_s)
-    assert rec.samples_per_s == pytest.approx(best.samples_per_s)
-    assert any("the fastest that keeps the target" in r for r in rec.to_dict()["reasons"])
+    # the simplest within 2% of the fastest (commit e62d574): on one 100GbE NIC per node
+    # hierarchical is 0.1% faster than the all-reduce recommended
+    assert rec.samples_per_s == pytest.approx(best.samples_per_s, rel=0.02)
+    assert any("the fastest that keeps the target" in r or "within 2%" in r
+               for r in rec.to_dict()["reasons"])
 
 
 @pytest.mark.parametrize("named", ["ps", "allreduce", "hierarchical"])

@@ -115,3 +115,12 @@ def test_a_measurement_on_the_target_itself_decides():
     c = Cluster(nodes=1, gpus_per_node=8, device="A100-SXM-80GB", network="100GbE")
     rec = plan(_small("A100-SXM-80GB"), c).recommendation
     assert rec.target is None and rec.batch_size == 8
+
+
+def test_fp16_is_weighed_where_only_fp16_units_but_not_under_parameter_servers():
+    v100 = dict(nodes=2, gpus_per_node=4, device="V100-SXM2-16GB", network="100GbE")
+    rec = plan(_small(), Cluster(**v100, architecture="allreduce")).recommendation
+    assert [c["precision"] for c in rec.target["curves"]] == ["fp32", "fp16"]
+    ps = plan(_small(), Cluster(**v100, architecture="ps")).recommendation
+    assert [c["precision"] for c in ps.target["curves"]] == ["fp32"]
+    assert "fp16_autocast" not in ps.launch

@@ -86,8 +86,12 @@ def test_nics_per_node_are_used_together():
     one = predict_step(StepWorkload(s, 1.0), StepSetup("allreduce", **kw))
     eight = predict_step(StepWorkload(s, 1.0), StepSetup("allreduce", gpus_per_nic=1, **kw))
     assert eight.comm_s == pytest.approx(one.comm_s / 8)
-    dgx = Cluster(nodes=2, gpus_per_node=8, device="A100-SXM-80GB", network="HDR")
+    dgx = Cluster(nodes=2, gpus_per_node=8, device="A100-SXM-80GB", network="HDR",
+                  platform="dgx")
     assert dgx.nic_sharing()[0] == 1 and "DGX A100" in dgx.nic_sharing()[1]
+    # the device alone does not make it a DGX: one NIC per node unless told more
+    assert Cluster(nodes=2, gpus_per_node=8, device="A100-SXM-80GB",
+                   network="HDR").nic_sharing()[0] == 8
     assert Cluster(nodes=2, gpus_per_node=8, network="HDR").nic_sharing()[0] == 8
 
 

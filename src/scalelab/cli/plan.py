@@ -88,8 +88,12 @@ def register(subparsers) -> None:
     p.add_argument("--latency-s", type=_fraction, metavar="S", help="per-message latency")
     p.add_argument("--price-per-gpu-hour", type=_fraction, metavar="X")
     p.add_argument("--gpus-per-nic", type=_fraction_int, metavar="N",
-                   help="devices sharing one NIC (default: the device's platform, e.g. 1 on "
+                   help="devices sharing one NIC (default: the --platform's, e.g. 1 on "
                         "DGX A100/H100; else one NIC per node)")
+    p.add_argument("--platform", metavar="NAME",
+                   help="the node the devices come in, for its links: dgx (the device's DGX, "
+                        "e.g. 8 NICs on a DGX A100) or its name (default: none, one NIC "
+                        "per node)")
     hl = p.add_mutually_exclusive_group()
     hl.add_argument("--host-link", metavar="LINK",
                     help="each device's link to the host CPU: pcie3|pcie4|pcie5 "
@@ -158,7 +162,7 @@ def cluster_overrides(args) -> dict:
         "host_link": args.host_link, "host_link_gbps": args.host_link_gbps,
         "gpus_per_host_link": args.gpus_per_host_link, "grad_dtype": args.grad_dtype,
         "accumulation_steps": args.accumulation_steps, "precision": args.precision,
-        "cpu_cores_per_node": args.cpu_cores_per_node,
+        "cpu_cores_per_node": args.cpu_cores_per_node, "platform": args.platform,
     }
 
 

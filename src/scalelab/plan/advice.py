@@ -356,6 +356,25 @@ def _node_nic_text(st) -> str:
     return f"{nics} NICs x {format_Bps(one)} = {format_Bps(nics * one)} per node"
 
 
+def link_reasons(st, notes: Notes) -> None:
+    """Every assumption the plan makes about the links, one line each (topic "cluster"):
+    the NICs of a node and where their count comes from, the link inside a node, each
+    device's link to the host."""
+    c = st.cluster
+    if c.gpus == 1:
+        return
+    if c.has_network and c.nodes > 1 or c.ps_placement == "dedicated" and c.has_network:
+        _, how = c.nic_sharing()
+        notes.why("cluster", f"links: network {c.network_label()}, {_node_nic_text(st)} for "
+                  f"{plural(c.gpus_per_node, 'GPU')}: {how}")
+    if c.gpus_per_node > 1:
+        notes.why("cluster", f"links: inside a node {c.intra_link()[1]}")
+    host, how = c.host_link_Bps()
+    if host is not None and c.ps_placement == "colocated":
+        notes.why("cluster", f"links: each GPU to its host {how}, "
+                  f"{c.host_link_sharing()[1]}")
+
+
 def loader_reasons(st, max_gpus: int, notes: Notes) -> None:
     """Loader processes per device, and whether a node's cores can feed all its devices."""
     load = st.inp.load_s_at(st.batch)

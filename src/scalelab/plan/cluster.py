@@ -73,7 +73,11 @@ class Cluster:
     price_per_gpu_hour: float | None = None
     """Price of one device for one hour."""
     gpus_per_nic: int | None = None
-    """Devices sharing one NIC (None: the device's platform, else one NIC per node)."""
+    """Devices sharing one NIC (None: the named ``platform``'s, else one NIC per node)."""
+    platform: str | None = None
+    """The node the devices come in, where it sets the links: ``dgx`` (or the device's
+    platform by name, e.g. "DGX A100") takes that platform's NICs per GPU from the catalog;
+    None: one NIC per node unless ``gpus_per_nic`` says more."""
     host_link: str | None = None
     """Each device's link to the host CPU (catalog name: pcie3, pcie4, pcie5)."""
     host_link_gbps: float | None = None
@@ -94,6 +98,10 @@ class Cluster:
     """A NIC rate measured on the real link, bytes/s per direction (wins over the names)."""
 
     def __post_init__(self):
+        for name in _NAMES:  # a name given as a list or a number: one line, not a traceback
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, str):
+                raise UsageError(f"{name} must be a name (a string), got {v!r}")
         for name in ("nodes", "gpus_per_node"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -207,16 +215,38 @@ class Cluster:
             raise UsageError(f"unknown precision {self.precision!r} "
                              f"({', '.join(hardware.PRECISIONS)})")
         _check_number("ddp_bucket_mb", self.ddp_bucket_mb)
+        if self.platform is not None:
+            if not isinstance(self.platform, str):
+                raise UsageError(f"platform must be a name (e.g. \"dgx\"), got "
+                                 f"{self.platform!r}")
+            self.named_platform()
+
+    def named_platform(self) -> hardware.Device | None:
+        """The device whose catalog platform ``platform`` names (None: none named)."""
+        if self.platform is None:
+            return None
+        dev = hardware.device(self.device) if self.device else None
+        if dev is None or not dev.platform:
+            raise UsageError(f"platform {self.platform!r}: the catalog knows no platform for "
+                             f"{self.device or 'an unnamed device'}: give gpus_per_nic instead")
+        name = self.platform.strip().lower()
+        if name not in ("dgx", dev.platform.lower()) and not (
+                name.startswith("dgx") and dev.platform.lower().startswith(name)):
+            raise UsageError(f"platform {self.platform!r} is not the {dev.name}'s "
+                             f"({dev.platform}): name that one, 'dgx', or give gpus_per_nic")
+        return dev
 
     def nic_sharing(self) -> tuple[int, str]:
-        """(devices per NIC, where that comes from)."""
+        """(devices per NIC, where that comes from): ``gpus_per_nic``, else the named
+        platform's, else one NIC per node (what a cluster file naming one network means)."""
         if self.gpus_per_nic is not None:
             return self.gpus_per_nic, f"{self.gpus_per_nic} per NIC (given)"
-        dev = hardware.device(self.device) if self.device else None
+        dev = self.named_platform()
         if dev is not None and dev.gpus_per_nic:
             return dev.gpus_per_nic, (f"{dev.gpus_per_nic} per NIC, as in a {dev.platform} "
                                       f"({dev.platform_source})")
-        return self.gpus_per_node, "one NIC per node (no gpus_per_nic given)"
+        return self.gpus_per_node, ("one NIC per node (assumed: neither gpus_per_nic nor a "
+                                    "platform given)")
 
     def host_link_Bps(self) -> tuple[float | None, str]:
         """(each device's host link per direction, how it was chosen); None: unknown."""
@@ -272,6 +302,9 @@ class Cluster:
 
 
 _CLUSTER_KEYS = {f.name for f in dataclasses.fields(Cluster)}
+# the settings that are names (or None); ps is 'auto' or a count, checked on its own
+_NAMES = ("device", "intra_node", "network", "architecture", "ps_placement", "ps_network",
+          "ps_partition", "host_link", "grad_dtype", "precision", "platform")
 _SAME_LINK = (("network", "network_gbps"), ("ps_network", "ps_network_gbps"),
               ("intra_node", "intra_node_gbps"), ("host_link", "host_link_gbps"))
 

@@ -318,6 +318,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     num_ps_min, num_ps = (ps.num_ps_min, ps.num_ps) if uses_ps else (0, 0)
     hosts = ps.servers_per_node if uses_ps else ()
     need_gbps, intra_gbps = advice.bandwidth_reasons(st, choice.architecture, max_gpus, notes)
+    advice.link_reasons(st, notes)
     advice.loader_reasons(st, max_gpus, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
     _warnings(st, choice.row.gpus, tc, notes)

@@ -155,14 +155,17 @@ def host_band(target: hardware.Device, used: float, line: str) -> HostTime:
     return HostTime(used, min(values), max(values), line, tuple(sources))
 
 
-def _weighed(target: hardware.Device, asked: str | None) -> tuple[str, ...]:
+def _weighed(target: hardware.Device, asked: str | None, ps: bool = False
+             ) -> tuple[str, ...]:
     """The precisions weighed on ``target``: the one asked for, else fp32 and the half
-    precision its units offer (bf16 first, fp16 where it has no bf16)."""
+    precision its units offer (bf16 first, fp16 where it has no bf16; not fp16 under
+    parameter servers, ``ps``: its loss scaling needs the optimizer beside the gradients,
+    which scalelab run trains under all-reduce only)."""
     if asked:
         return (asked,)
     for half in ("bf16", "fp16"):
         if target.peak_flops(half) is not None:
-            return ("fp32", half)
+            return ("fp32", half) if not (half == "fp16" and ps) else ("fp32",)
     return ("fp32",)
 
 
@@ -176,17 +179,24 @@ def _candidates(limit: int) -> list[int]:
     return got + ([limit] if limit not in got else [])
 
 
-def _point(est, est_slow, b: int) -> BatchPoint:
-    return BatchPoint(b, est.step_s, b / est.step_s, est.device_s, est.host_s,
-                      b / est_slow.step_s)
+def _alone(b: int, step_s: float) -> float:
+    return b / step_s
+
+
+def _point(est, est_slow, b: int, rate) -> BatchPoint:
+    return BatchPoint(b, est.step_s, rate(b, est), est.device_s, est.host_s,
+                      rate(b, est_slow))
 
 
 def precision_curve(estimate, precision: str, channels_last: bool, batches: list[int],
-                    host: HostTime, band: float) -> PrecisionCurve:
+                    host: HostTime, band: float, rate=None) -> PrecisionCurve:
     """The curve of ``precision`` over ``batches``; ``estimate(b, precision, cl, h)`` is the
-    target's :class:`~scalelab.hardware.estimate.Estimate` at batch b, host time h."""
+    target's :class:`~scalelab.hardware.estimate.Estimate` at batch b, host time h;
+    ``rate(b, estimate)`` a device's samples/s with it (default b / step: one device
+    alone; the plan passes the rate on the whole cluster, its exchange included)."""
+    rate = rate or (lambda b, est: _alone(b, est.step_s))
     pts = tuple(_point(estimate(b, precision, channels_last, host.s_per_op),
-                       estimate(b, precision, channels_last, host.high_s), b)
+                       estimate(b, precision, channels_last, host.high_s), b, rate)
                 for b in batches)
     best = max(pts, key=lambda p: p.samples_per_s)
     goal = best.samples_per_s / (1 + band)
@@ -239,8 +249,8 @@ def cap_for(gpus: int) -> int:
 def applies(inp, cluster) -> hardware.Device | None:
     """The target device when the plan chooses for it: a catalog GPU with known peaks that
     is not the device the measurement came from, for a model whose operations are known."""
-    if cluster.device is None or not inp.model:
-        return None
+    if cluster.device is None or not inp.model or not inp.device:
+        return None  # a measurement that names no device was made on the cluster's
     target = hardware.device(cluster.device)
     if target.peak_flops("fp32") is None or target.memory_bandwidth_Bps is None:
         return None
@@ -278,6 +288,39 @@ def _estimator(inp, target: hardware.Device):
     return estimate, (lambda p: bands.band(target.name, p))
 
 
+def cluster_rate(inp, cluster, options, gpus: int):
+    """``rate(b, estimate)``: one device's samples/s when ``gpus`` devices train at batch b
+    with that step, the exchange included (the fastest architecture the plan weighs, at the
+    full count: :func:`scalelab.plan.sweep.sweep_architecture`), so a slow network asks
+    for a larger batch as the paper's lemma does. Input time is left out."""
+    from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
+    from scalelab.plan.sweep import sweep_architecture
+
+    params = options.params or ModelParams()
+    if cluster.overlap is not None:
+        params = dataclasses.replace(params, overlap=cluster.overlap)
+    if cluster.latency_s is not None:
+        params = dataclasses.replace(params, latency_s=cluster.latency_s)
+    archs = options.architectures or ((cluster.architecture,) if cluster.architecture
+                                      else ARCHITECTURES)
+    k = cluster.accumulation_steps
+    grads = cluster.grad_bytes(inp.param_bytes)
+    tensors = tuple(int(cluster.grad_bytes(t)) for t in inp.tensor_bytes)
+    derive = cluster.overlap is None and options.params is None
+    if gpus < 2:
+        return lambda b, est: _alone(b, est.step_s)
+
+    def rate(b: int, est) -> float:
+        backward = None if inp.backward_fraction is None else inp.backward_fraction * est.step_s
+        work = StepWorkload(grads, k * est.step_s, inp.io_s * k, tensors, backward_s=backward)
+        return max(sweep_architecture(work, cluster, params, a, [gpus], b * k,
+                                      target_efficiency=options.target_efficiency,
+                                      derive_overlap=derive)[0].samples_per_s
+                   for a in archs) / gpus
+
+    return rate
+
+
 def choose(inp, cluster, options) -> TargetChoice | None:
     """The batch and the precision for the cluster's device (None where the plan keeps the
     measurement's: no target, the target measured, a model whose operations are unknown)."""
@@ -307,12 +350,19 @@ def choose(inp, cluster, options) -> TargetChoice | None:
     estimate, band_of = _estimator(inp, target)
     conv = is_convolutional(ops)
     measured_cl = in_format(ops, inp).channels_last  # a forced precision keeps the format
+    rate = cluster_rate(inp, cluster, options, gpus)
     curves = [precision_curve(estimate, p, measured_cl if asked else
-                              (conv and p in ("bf16", "fp16")), batches, host, band_of(p))
-              for p in _weighed(target, asked)]
+                              (conv and p in ("bf16", "fp16")), batches, host, band_of(p),
+                              rate)
+              for p in _weighed(target, asked, _only_ps(cluster, options))]
     if asked:
         win, why = curves[0], ("as asked with --precision" if options.precision
                                else "the cluster file's precision")
+    elif len(curves) == 1:
+        win, why = curves[0], (
+            "the only precision weighed: fp16's loss scaling needs the optimizer beside the "
+            "gradients, which parameter servers do not have" if target.peak_flops("fp16")
+            else f"the {target.name} has no bf16 or fp16 units")
     else:
         win, why = pick_precision(curves)
     reasons = _reasons(inp, target, win, why, largest, cap, gpus, host, bool(options.batch_size))
@@ -321,9 +371,18 @@ def choose(inp, cluster, options) -> TargetChoice | None:
                         bool(options.batch_size), why if asked else None, reasons)
 
 
+def _only_ps(cluster, options) -> bool:
+    """Whether the plan trains under parameter servers only (the cluster or the options
+    name ps alone)."""
+    archs = options.architectures or ((cluster.architecture,) if cluster.architecture
+                                      else ())
+    return bool(archs) and set(archs) == {"ps"}
+
+
 def _reasons(inp, target, win: PrecisionCurve, why: str, largest: int | None, cap: int,
              gpus: int, host: HostTime, fixed: bool) -> tuple[str, ...]:
     c, best = win.chosen, win.best
+    on = f" on {gpus} with the exchange" if gpus > 1 else ""
     src = inp.device or "an unnamed device"
     where = (f"the profile measured on {src} gives the model's structure (operations, "
              f"parameters, activations); its times are not used for {target.name}"
@@ -347,7 +406,7 @@ def _reasons(inp, target, win: PrecisionCurve, why: str, largest: int | None, ca
                   "learning-rate scaling and warm-up)" if largest is None or cap < largest
                   else "")
         batch = (f"batch_size {c.batch_size}: chosen for {target.name} ({label}): "
-                 f"{c.samples_per_s:,.0f} samples/s per device, within the model's band "
+                 f"{c.samples_per_s:,.0f} samples/s per device{on}, within the model's band "
                  f"(+-{win.band:.0%}) of the best that fits, {best.samples_per_s:,.0f} at batch "
                  f"{best.batch_size} (step {c.step_s * 1e3:.3g} ms against "
                  f"{best.step_s * 1e3:.3g} ms); {mem}{capped}")
