@@ -123,7 +123,11 @@ def test_hardware_catalog_page_has_every_entry_and_source():
         assert f"**{name}**" in text
     for name in (*cat.links, *cat.networks):
         assert f"| `{name}` |" in text
-    assert "| `A100-SXM-80GB` | ampere | 19.5 | 156 | 312 | 312 | 80 | 2039 | nvlink3 " in text
+    assert "| name | generation | FP32 | TF32 | BF16 | FP16 | FP8 | memory GiB |" in text
+    assert "| `A100-SXM-80GB` | ampere | 19.5 | 156 | 312 | 312 |  | 80 | 2039 | nvlink3 " in text
+    h200 = cat.devices["H200"]
+    row = next(line for line in text.splitlines() if line.startswith("| `H200` |"))
+    assert f"| {h200.fp8_tflops:g} |" in row and h200.fp8_source in text.replace("\\|", "|")
     assert "**A100-SXM-80GB** (also A100, A100-SXM4-80GB, NVIDIA A100-SXM4-80GB): NVIDIA" in text
     assert docs.CATALOG_MARKER in (ROOT / "docs" / "hardware-catalog.md").read_text()
 

@@ -143,31 +143,40 @@ def _source(text: str | None) -> str:
 
 
 def catalog_markdown() -> str:
-    """Devices, intra-node links and networks of the packaged catalog, each with its source."""
+    """Devices, intra-node links and networks of the packaged catalog, each with its source.
+    The peak columns are the device type's ``*_tflops`` fields and the sources its
+    ``source`` and ``*_source`` fields, so a precision or a source added there shows here."""
+    from dataclasses import fields
+
     from scalelab import hardware
 
     cat = hardware.catalog()
+    names = [f.name for f in fields(hardware.Device)]
+    peaks = [n for n in names if n.endswith("_tflops")]
+    sources = [n for n in names if n.endswith("_source")]
+    heads = " | ".join(p.removesuffix("_tflops").upper() for p in peaks)
     out = ["## Devices", "",
            "Dense peak TFLOPS per precision (blank: no such path, never guessed), memory, "
            "memory bandwidth, the node they usually come in.", "",
-           "| name | generation | FP32 | TF32 | BF16 | FP16 | memory GiB | memory GB/s "
-           "| intra-node link | platform |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           f"| name | generation | {heads} | memory GiB | memory GB/s | intra-node link "
+           "| platform |",
+           "|---|---|" + "---|" * len(peaks) + "---|---|---|---|"]
     for name, d in cat.devices.items():
         mem = None if d.memory_bytes is None else d.memory_bytes / 2**30
         bw = None if d.memory_bandwidth_Bps is None else d.memory_bandwidth_Bps / 1e9
+        tflops = " | ".join(_num(getattr(d, p)) for p in peaks)
         out.append(
-            f"| `{name}` | {d.generation or ''} "
-            f"| {_num(d.fp32_tflops)} | {_num(d.tf32_tflops)} | {_num(d.bf16_tflops)} "
-            f"| {_num(d.fp16_tflops)} | {_num(mem, '{:.0f}')} | {_num(bw, '{:.0f}')} "
-            f"| {d.intra_node or ''} | {_cell(d.platform or '')} |")
+            f"| `{name}` | {d.generation or ''} | {tflops} | {_num(mem, '{:.0f}')} "
+            f"| {_num(bw, '{:.0f}')} | {d.intra_node or ''} | {_cell(d.platform or '')} |")
     out += ["", "### Device names and sources", ""]
     for name, d in cat.devices.items():
         also = f" (also {_cell(', '.join(d.aliases))})" if d.aliases else ""
         out.append(f"- **{name}**{also}: {_source(d.source)}")
-        for label, text in (("platform", d.platform_source), ("host link", d.host_link_source)):
+        for field in sources:
+            text = getattr(d, field)
             if text:
-                out.append(f"    - {label}: {_source(text)}")
+                out.append(f"    - {field.removesuffix('_source').replace('_', ' ')}: "
+                           f"{_source(text)}")
     out += ["", "## Links inside a node", "", "Per-direction bandwidth.", "",
             "| name | link | GB/s per direction | source |", "|---|---|---|---|"]
     for name, link in cat.links.items():
