@@ -239,9 +239,10 @@ def target_memory_note(inp, batch_size: int, cluster) -> str | None:
                key=lambda m: m.largest_batch(mem))
     b = best.largest_batch(mem)
     if b >= 1:
+        m = next(d for d in range(min(b, batch_size), 0, -1) if batch_size % d == 0)
         return head + (f"; on {gpus} device(s) no layout holds batch {batch_size}: "
-                       f"{zero.LAYOUT_NAMES[best.layout]} holds batch {b} "
-                       f"(use gradient accumulation of {math.ceil(batch_size / b)} steps)")
+                       f"{zero.LAYOUT_NAMES[best.layout]} holds batch {b} (micro-batches "
+                       f"of {m} x {batch_size // m} accumulation steps make {batch_size})")
     n = _ranks_for(sizes, 1, mem, gpus * 2)
     return head + (f"; nothing fits on {gpus} device(s): ZeRO-3 needs {n} devices for "
                    f"batch 1" if n else "; not even ZeRO-3 on 4096 devices holds batch 1")

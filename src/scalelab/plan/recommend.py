@@ -322,8 +322,11 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     advice.loader_reasons(st, max_gpus, notes)
     cheapest = advice.cost_reasons(st, choice, notes)
     _warnings(st, choice.row.gpus, tc, notes)
-    if decided is not None and decided.fits and decided.layout != "ddp":  # it fits sharded
+    if decided is not None and decided.fits and (decided.layout != "ddp" or decided.warning):
+        # it fits sharded, or as micro-batches: the decision's one warning says how
         notes.warnings[:] = [w for w in notes.warnings if w.topic != "memory"]
+        if decided.warning:
+            notes.warn("memory", decided.warning)
     row = choice.row
     alts = choosing.alternatives(choice, all_rows, max_gpus, cluster.gpus_per_node,
                                options.target_efficiency)
