@@ -1,38 +1,5 @@
-"""Models for validation tests and benchmarks: one communication-bound, one compute-bound.
+"""Models for validation tests and benchmarks: shipped in the package (scalelab.toys)."""
 
-``alexnet_like``: AlexNet's shape at 32x32 input: five convolutions, then fully connected
-layers that hold most of the parameters (fc6 is about 62% of the bytes, as in AlexNet);
-1.7M parameters (6.8 MB of gradients), little compute: the exchange dominates at 100-500
-Mbit/s. ``conv_heavy``: convolutions at full resolution and 66k parameters: compute
-dominates at any rate the emulation shapes.
-"""
+from scalelab.toys import alexnet_like, conv_heavy, tiny
 
-from torch import nn
-
-
-def alexnet_like(num_classes: int = 10) -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(3, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(64, 96, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(96, 64, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(64 * 4 * 4, 1024), nn.ReLU(),
-        nn.Linear(1024, 512), nn.ReLU(),
-        nn.Linear(512, num_classes),
-    )
-
-
-def conv_heavy(num_classes: int = 10) -> nn.Module:
-    return nn.Sequential(
-        nn.Conv2d(3, 48, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(48, 64, 3, padding=1), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-        nn.Linear(64, num_classes),
-    )
-
-
-def tiny(num_classes: int = 4) -> nn.Module:
-    return nn.Sequential(nn.Linear(12, 32), nn.ReLU(), nn.Linear(32, num_classes))
+__all__ = ["alexnet_like", "conv_heavy", "tiny"]

@@ -95,7 +95,7 @@ def check_line(check: dict) -> str:
 
 def run(args) -> int:
     from scalelab.advise import AdviseOptions, advise, prepare
-    from scalelab.cli._common import err_console, workload_from_args
+    from scalelab.cli._common import workload_from_args
     from scalelab.profiler import ProfileOptions
 
     spec = workload_from_args(args)
@@ -107,17 +107,14 @@ def run(args) -> int:
                          check=args.check, check_steps=args.check_steps,
                          target_efficiency=args.target_efficiency, profile=popts)
     ready = prepare(spec, opts)  # every option checked before the progress line starts
-    # a progress line only where it can be erased: piped, stderr carries nothing but errors
-    if args.quiet or args.json or not err_console.is_terminal:
+    # one line per trial where stdout is not a terminal, a bar where it is
+    if args.quiet or args.json:
         result = advise(spec, opts, prepared=ready)
     else:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from scalelab.cli.profile import trial_progress
 
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                      console=err_console, transient=True) as bar:
-            task = bar.add_task("starting", total=None)
-            result = advise(spec, opts, progress=lambda t: bar.update(task, description=t),
-                            prepared=ready)
+        with trial_progress(popts, len(spec.input_shape), f"advising {spec.model}") as say:
+            result = advise(spec, opts, progress=say, prepared=ready)
     if result.layout_advice is not None:
         return print_layout_advice(spec.model, result, args.json, args.quiet)
     if args.json:

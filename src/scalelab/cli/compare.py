@@ -9,7 +9,7 @@ from pathlib import Path
 from scalelab.cli._common import add_workload_options, positive_int, workload_from_args
 
 EPILOG = """examples:
-  scalelab compare tests.toy_compare:wide_fc --input-shape 3,16,16 --num-classes 10 \\
+  scalelab compare scalelab.toys:wide_fc --input-shape 3,16,16 --num-classes 10 \\
       --workers 2 --rate 100mbit --steps 4 --batch-sizes 16,64
   scalelab compare resnet18 --input-shape 3,32,32 --num-classes 10 --workers 2 --rate 1gbit \\
       --out compare.json --plot compare.png

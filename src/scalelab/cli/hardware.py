@@ -62,6 +62,7 @@ def run_list(args) -> int:
             "devices": [d.to_dict() for d in cat.devices.values()],
             "links": [x.to_dict() for x in cat.links.values()],
             "networks": [n.to_dict() for n in cat.networks.values()],
+            "example_clusters": example_clusters(),
         }, indent=2))
         return 0
     t = Table(title="devices (dense peak TFLOPS)", caption="- : unknown or not supported")
@@ -93,7 +94,35 @@ def run_list(args) -> int:
     for n in cat.networks.values():
         t.add_row(n.name, f"{n.gbps:g}", f"{n.payload_gbps:g}", ", ".join(n.aliases))
     out.print(t)
+    out.print(example_clusters_table())
     return 0
+
+
+def example_clusters() -> list[dict]:
+    """The example cluster files shipped in the package (``--cluster NAME`` takes them from
+    any folder): name, nodes, devices per node, device, network, architecture."""
+    from scalelab.paths import default_clusters
+    from scalelab.results import read_toml
+
+    rows = []
+    for path in default_clusters():
+        c = read_toml(path)
+        rows.append({"name": path.stem, "nodes": c.get("nodes", 1),
+                     "gpus_per_node": c.get("gpus_per_node", 1), "device": c.get("device"),
+                     "network": c.get("network") or c.get("network_gbps"),
+                     "architecture": c.get("architecture")})
+    return rows
+
+
+def example_clusters_table():
+    t = Table(title="example clusters (--cluster NAME from any folder)")
+    for col in ("name", "nodes", "GPUs/node", "device", "network", "architecture"):
+        t.add_column(col, justify="right" if col in ("nodes", "GPUs/node") else "left",
+                     no_wrap=col == "name")
+    for r in example_clusters():
+        t.add_row(r["name"], str(r["nodes"]), str(r["gpus_per_node"]), r["device"] or "-",
+                  str(r["network"] or "-"), r["architecture"] or "-")
+    return t
 
 
 def run_show(args) -> int:

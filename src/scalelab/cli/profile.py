@@ -8,7 +8,7 @@ EPILOG = """examples:
   scalelab profile resnet18 --input-shape 3,64,64 --batch-sizes 2,4
   scalelab profile resnet50 --device cuda --memory-budget 70GiB --out r50.json
   scalelab profile resnet18 --device cuda:1 --steps 10
-  scalelab profile mypkg.models:build --input-shape 3,32,32 --num-classes 10
+  scalelab profile scalelab.toys:smallconv --input-shape 3,32,32 --num-classes 10
   scalelab profile resnet18 --data ./images --batch-sizes 32
 """
 
@@ -89,6 +89,22 @@ def algorithm_table(prof: dict):
     return t
 
 
+def trial_progress(opts, input_dims: int, label: str):
+    """``with trial_progress(...) as say``: one line per trial on stdout where it is not a
+    terminal, a bar on stderr where it is (:mod:`scalelab.progress`)."""
+    from contextlib import nullcontext
+
+    from scalelab.cli._common import console, err_console
+    from scalelab.profiler.algorithms import candidates
+    from scalelab.progress import TrialProgress, bar, expected_trials
+
+    configs = len(candidates(opts.device, input_dims)) if opts.algorithms == "auto" else 1
+    n = expected_trials(opts.batch_sizes, opts.max_batch, configs, opts.data != "synthetic")
+    if console.is_terminal:
+        return bar(err_console, n, label)
+    return nullcontext(TrialProgress(n, emit=lambda line: print(line, flush=True)))
+
+
 def run(args) -> int:
     from scalelab.cli._common import console, err_console, workload_from_args
     from scalelab.profiler import ProfileOptions, run_profile
@@ -102,13 +118,8 @@ def run(args) -> int:
     if args.quiet or args.json:
         prof = run_profile(spec, opts)
     else:
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-        with Progress(SpinnerColumn(), TextColumn("[bold]profiling[/bold] {task.description}"),
-                      TimeElapsedColumn(), console=err_console, transient=True) as bar:
-            task = bar.add_task(spec.model, total=None)
-            prof = run_profile(spec, opts,
-                               progress=lambda text: bar.update(task, description=text))
+        with trial_progress(opts, len(spec.input_shape), f"profiling {spec.model}") as say:
+            prof = run_profile(spec, opts, progress=say)
     path = write_json(args.out, "profile", prof)
     if args.json:
         print(json.dumps({"schema": "scalelab.profile/1", **prof}, indent=2))

@@ -8,7 +8,7 @@ import sys
 from scalelab.cli._common import add_workload_options, positive_int, workload_from_args
 
 EPILOG = """examples:
-  scalelab validate tests.toy_validate:alexnet_like --input-shape 3,32,32 --num-classes 10 \\
+  scalelab validate scalelab.toys:alexnet_like --input-shape 3,32,32 --num-classes 10 \\
       --grid "workers=2,4 ps=1,2 rate=300mbit batch_size=8" --steps 8 --plot validation.png
   scalelab validate resnet18 --input-shape 3,64,64 --grid "workers=2 architecture=ps,allreduce"
   scalelab validate alexnet --input-shape 3,64,64 \\
