@@ -78,3 +78,16 @@ def test_fp8_runs_the_products_on_the_fp8_peak_and_needs_one():
     a100 = LMTarget("A100-SXM-80GB", 8, 8, 300e9, 25e9)
     with pytest.raises(ValueError, match="fp8"):
         lm_step(cfg, ParallelLayout(**lay, precision="fp8"), 8192, a100)
+
+
+def test_a_tensor_degree_that_does_not_divide_the_heads_is_refused():
+    with pytest.raises(ValueError, match="heads"):
+        lm_step(preset("gpt2"), ParallelLayout(tp=5), 1024, H100x64)
+
+
+def test_context_parallel_charges_its_kv_ring():
+    cfg = preset("llama3-8b")
+    one = lm_step(cfg, ParallelLayout(dp=8, zero=3), 32768, H100x64)
+    two = lm_step(cfg, ParallelLayout(dp=4, cp=2, zero=3), 32768, H100x64)
+    assert two.tp_comm_s > one.tp_comm_s == 0.0
+    assert two.memory["activations"] < one.memory["activations"]

@@ -20,9 +20,9 @@ GPipe and 1F1B idle each stage ``(p-1)`` micro-batch times of forward + backward
 model chunks per rank shrinks it to ``(p-1)/(v m)``. Each stage boundary sends the b s h
 activation forward and its gradient back per micro-batch (v times as many boundaries
 interleaved). 1F1B keeps at most p micro-batches' activations in flight on stage 0
-(stage i: p - i); interleaved keeps ``p (1 + (p-1)/(p v))`` ... (Narayanan et al. 2021:
-its first stage warms up with ``(p-1) 2 + (v-1) p`` chunks; in layer units that is
-``1 + (p-1)/(p v)`` times 1F1B's); GPipe keeps all m.
+(stage i: p - i); interleaved keeps ``p (1 + (p-1)/(p v))`` stage-sized micro-batches
+(Narayanan et al. 2021: its first stage runs ``2 (p-1) + (v-1) p`` chunk forwards
+before its first backward, each chunk 1/v of the stage); GPipe keeps all m.
 
 Data parallelism of the rank's shard: as :mod:`scalelab.theory.comm` (ring) and
 :mod:`scalelab.theory.zero` (ZeRO levels) say, overlapped with the last micro-batch's
@@ -30,7 +30,9 @@ backward (:func:`dp_exposed_s`).
 
 Context parallelism (plan only): the sequence is split into c chunks (2c for the causal
 load balance); each rank passes its K and V blocks around a ring, c - 1 steps of
-``2 b (s/c) h_kv w`` bytes, overlapped with the attention of the block it holds.
+``2 b (s/c) h_kv w`` bytes. Ring attention overlaps each pass with the attention of the
+block it holds; :func:`cp_ring_s` gives the passes' time, and the step model charges it in
+full (an upper bound: plan only, it does not run on CPU).
 """
 
 from __future__ import annotations

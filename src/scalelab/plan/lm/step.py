@@ -273,6 +273,7 @@ def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
     lay, cfg = layout, model
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
         raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    lay.check_model(cfg)
     if lay.gpus > target.gpus:
         raise ValueError(f"{lay.describe()} needs {lay.gpus} GPUs; the target has "
                          f"{target.gpus}")
