@@ -111,7 +111,9 @@ def memory_per_gpu(cfg, layout, seq: int) -> Memory:
     """The peak bytes of the busiest GPU (module docstring)."""
     lay = layout
     first, last = stage_params(cfg, lay.pp)
-    act0, act_last = _activations(cfg, seq, lay.micro_batch, lay.tp, lay.sequence_parallel,
+    # context parallelism: each rank keeps the activations of its s / cp tokens
+    act0, act_last = _activations(cfg, seq // lay.cp, lay.micro_batch, lay.tp,
+                                  lay.sequence_parallel,
                                   lay.recompute, lay.precision, lay.pp, lay.accumulation,
                                   lay.schedule, lay.vpp)
     buffers = 0.0
