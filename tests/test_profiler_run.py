@@ -70,6 +70,15 @@ def test_a_trial_past_the_budget_is_killed_not_the_tool():
     assert torch.ones(1).item() == 1.0  # this process is alive and well
 
 
+def test_a_trial_past_its_time_limit_is_a_batch_that_did_not_train():
+    # the probe's limit (900 s by default) ends the trial, not the profile (no traceback)
+    with TrialRunner(MLP, "cpu", budget_bytes=2**34, timeout_s=0.001) as runner:
+        t = runner.run(4)
+        assert not t.fits and "took longer than the probe's" in t.reason
+        runner.timeout_s = 120.0
+        assert runner.run(4).fits  # the next trial starts a new probe process
+
+
 def test_measure_steps_in_process():
     t = measure_steps(MLP, batch_size=4, warmup=1, steps=3)
     assert t.timed_steps == 3 and t.step_s > 0 and t.samples_per_s == pytest.approx(4 / t.step_s)

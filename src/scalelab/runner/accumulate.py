@@ -58,7 +58,10 @@ class PeakMemory:
     process's peak resident set (VmHWM, reset through ``/proc/self/clear_refs``) on the
     CPU (:mod:`scalelab.profiler.memory`). ``baseline_bytes``: what the process held when
     the peak was started (the model state, the interpreter); ``peak_step_bytes`` what the
-    steps added on top (activations, gathered parameters, temporaries)."""
+    steps added on top (activations, gathered parameters, temporaries). On the CPU glibc's
+    dynamic mmap threshold keeps freed large tensors in its heap, so the resident set
+    follows the live bytes only when ``MALLOC_MMAP_THRESHOLD_`` is fixed in the workers'
+    environment (e.g. 65536); otherwise it is an upper bound."""
 
     def __init__(self, device, start_step: int):
         self.device = torch.device(device)
