@@ -305,9 +305,13 @@ def prepare(spec: WorkloadSpec, options: AdviseOptions) -> Prepared:
     from scalelab.plan import PlanOptions, load_cluster
 
     plan_options = PlanOptions(target_efficiency=options.target_efficiency)
-    _writable(Path(options.out_dir))
+    if options.check and spec.tokens and spec.built_in:
+        raise UsageError("--check runs a data-parallel recommendation here; a language "
+                         "model's plan is a parallel layout: run it with the launch line "
+                         "(scalelab run MODEL --seq-len S ...)")
     clusters = [(Path(c).stem, load_cluster(resolve_cluster(c))) for c in options.clusters]
     spec.build_model(seed=None)  # a bad model fails now, not after a profile
+    _writable(Path(options.out_dir))  # created last: a refused input leaves no folder
     return Prepared(clusters, plan_options)
 
 
@@ -339,12 +343,17 @@ def advise(spec: WorkloadSpec, options: AdviseOptions, progress=None,
         raise UsageError("no cluster to plan for: give --cluster FILE")
     files = [profile_path]
     plans = []
-    source = load_profile(profile_path)
+    lm = spec.tokens and spec.built_in  # the full model's layouts, planned from its shape
+    source = None if lm else load_profile(profile_path)
     for name, cluster in clusters:
         say(f"planning for {name}")
-        p = plan(source, cluster, ready.plan_options)
-        data = p.to_dict()
-        data["inputs"]["cluster_name"] = name
+        if lm:
+            from scalelab.plan.lm.from_profile import plan_from_profile
+
+            data = plan_from_profile(got.profile, cluster, name)
+        else:
+            data = plan(source, cluster, ready.plan_options).to_dict()
+            data["inputs"]["cluster_name"] = name
         files.append(write_json(out / f"plan-{name}.json", "plan", data))
         plans.append(data)
     check = None

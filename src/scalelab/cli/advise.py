@@ -70,6 +70,10 @@ def recommendation_line(p: dict) -> str:
     from scalelab.plan.story import headline
 
     r = p["recommendation"]
+    if p.get("kind") == "language-model":  # a parallel layout: its own line
+        from scalelab.plan.lm.story import headline as lm_headline
+
+        return f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): {lm_headline(p)}"
     return (f"  {p['inputs']['cluster_name']} ({cluster_text(p)}): "
             f"{r['algorithm'] or 'default computation'}; {headline(p, alternatives=False)}")
 
@@ -165,7 +169,8 @@ def print_advice(model: str, result) -> None:
     for p in result.plans:
         console.print(recommendation_line(p), highlight=False)
         # a step too small for the cluster has no throughput worth weighing
-        for alt in () if p["recommendation"].get("too_small") else alternatives(p):
+        lm = p.get("kind") == "language-model"
+        for alt in () if p["recommendation"].get("too_small") or lm else alternatives(p):
             console.print(f"    or {alt}", highlight=False)
         if p["recommendation"].get("launch"):
             console.print(f"    launch: {p['recommendation']['launch']}", highlight=False,

@@ -108,6 +108,11 @@ def recommendations(plans: list[dict], profiles: list[dict]) -> list[dict]:
         rec = p.get("recommendation")
         if not rec:
             continue
+        if p.get("kind") == "language-model":  # a parallel layout: its own tiles
+            from scalelab.plan.lm.story import report_card
+
+            recs.append(report_card(p, plan_label(p), cluster_summary(p)))
+            continue
         recs.append({
             "title": plan_label(p),
             "cluster": cluster_summary(p),

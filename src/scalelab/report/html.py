@@ -20,6 +20,7 @@ from scalelab import __version__
 from scalelab.errors import UsageError
 from scalelab.report import cards, figures
 from scalelab.report.cards import plural_text, recommendations, sweep_rows
+from scalelab.report.checks import check_file
 from scalelab.results import load_any, write_text_atomic
 
 KINDS = ("profile", "plan", "run", "validation", "compare", "calibration")
@@ -38,7 +39,8 @@ class ReportInputs:
 
 def _model_of(data: dict) -> str | None:
     """The model a result file is about, wherever its kind keeps it."""
-    for path in (("workload", "model"), ("config", "model"), ("inputs", "workload", "model"),
+    for path in (("workload", "model"), ("config", "model"), ("inputs", "input", "model"),
+                 ("inputs", "workload", "model"),
                  ("inputs", "model"), ("config", "workload", "model"), ("model",)):
         node: Any = data
         for key in path:
@@ -56,6 +58,7 @@ def collect_inputs(paths: list[str | os.PathLike]) -> ReportInputs:
     models: dict[str, str] = {}
     for p in paths:
         kind, data = load_any(p)
+        check_file(str(p), kind, data)
         inputs.files.setdefault(kind, []).append(data)
         inputs.sources.append((str(p), data["schema"]))
         model = _model_of(data)
@@ -193,7 +196,9 @@ def _summary(validations: list[dict], runs: list[dict]) -> list[str]:
 
 def render_report(inputs: ReportInputs, title: str | None = None) -> str:
     """The report as one HTML string."""
-    profiles, plans, runs = inputs.of("profile"), inputs.of("plan"), inputs.of("run")
+    profiles, runs = inputs.of("profile"), inputs.of("run")
+    # a language model's plan has no sweep over device counts: its card says it all
+    plans = [p for p in inputs.of("plan") if p.get("kind") != "language-model"]
     validations, compares = inputs.of("validation"), inputs.of("compare")
     model = next((m for m in map(_model_of, sum(inputs.files.values(), [])) if m), None)
     sections = []

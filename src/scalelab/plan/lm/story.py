@@ -46,3 +46,38 @@ def headline(p: dict[str, Any]) -> str:
         if r.get("train_cost") is not None:
             text += f" for ${r['train_cost']:,.0f}"
     return text
+
+
+def _alternative(a: dict[str, Any]) -> str:
+    cpm = a.get("cost_per_million_tokens")
+    return (f"{a['device']}: {layout_text(a)}: {a['tokens_per_s']:,.0f} tokens/s, MFU "
+            f"{a['mfu']:.1%}, {a['memory_bytes'] / GIB:,.1f} GiB per GPU"
+            + (f", ${cpm:.3f} per million tokens" if cpm is not None else ""))
+
+
+def cards(p: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The report's tiles of a language-model plan."""
+    r = p["recommendation"]
+    cpm = r.get("cost_per_million_tokens")
+    return [("model", f"{r.get('model')} at seq {r['seq_len']}"),
+            ("global batch", f"{r['global_batch']} = {r['micro_batch']} x {r['accumulation']}"
+                             f" x dp {r['dp']}"),
+            ("tp / pp / cp / dp", f"{r['tp']} / {r['pp']} / {r['cp']} / {r['dp']}"),
+            ("schedule", f"{r['schedule']}" + (f", vpp {r['vpp']}" if r["vpp"] > 1 else "")
+             if r["pp"] > 1 else "-"),
+            ("layout", r["layout"]), ("recompute", r["recompute"]),
+            ("precision", r["precision"]),
+            ("tokens/s", _rate(r).replace(" tokens/s", "")), ("MFU", f"{r['mfu']:.1%}"),
+            ("memory / GPU", f"{r['memory_bytes'] / GIB:,.1f} GiB"),
+            ("$ / M tokens", "-" if cpm is None else f"{cpm:.3f}"),
+            ("train days", "-" if r.get("train_days") is None else f"{r['train_days']:,.1f}")]
+
+
+def report_card(p: dict[str, Any], title: str, cluster: str) -> dict[str, Any]:
+    """A language-model plan as the report's recommendation card."""
+    r = p["recommendation"]
+    return {"title": title, "cluster": cluster, "headline": headline(p), "cards": cards(p),
+            "alternatives": [_alternative(a) for a in r.get("alternatives") or []],
+            "launch": r.get("launch") or "", "reasons": list(r.get("reasons") or []),
+            "warnings": list(p.get("warnings") or []), "estimate": bool(p.get("estimate")),
+            "estimate_of": p.get("estimate_of") or "device"}
