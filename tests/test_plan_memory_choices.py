@@ -104,3 +104,19 @@ def test_vit_h_14_zero3_on_16_ranks_holds_what_the_formula_says():
     assert m.transient_bytes < 0.5 * formula
     ddp = layout_memory(sizes, n, "ddp", 1)
     assert m.fixed_bytes < 0.15 * ddp.fixed_bytes
+
+
+@pytest.mark.slow
+def test_a_batch_size_beside_a_global_batch_fixes_the_micro_batch(tmp_path, capsys):
+    rec = _plan(tmp_path, "--global-batch", "512", "--batch-size", "16")["recommendation"]
+    # each device's share of 512, as micro-batches of 16
+    assert rec["micro_batch"] == 16 and rec["accumulation"] * 16 * rec["gpus"] == 512
+    cfg = _run_config(rec["launch"])
+    assert (cfg.batch_size, cfg.accumulation_steps) == (16, rec["accumulation"])
+    wl = tmp_path / "vgg16.toml"
+    capsys.readouterr()
+    code = main(["plan", "--workload", str(wl), "--device", V100, "--nodes", "2",  # 24 does
+                 "--gpus-per-node", "8", "--network", "100GbE", "--quiet", "--out",  # not
+                 str(tmp_path / "bad.json"), "--global-batch", "512", "--batch-size", "24"])
+    err = capsys.readouterr().err.strip().splitlines()  # divide 32 per device
+    assert code == 2 and len(err) == 1 and "micro-batch 24" in err[0], err

@@ -218,8 +218,11 @@ def _recommend(profile: dict, workers: int, link: dict, compute_s: float, batch_
     cluster = Cluster(nodes=workers, gpus_per_node=1, architecture="ps",
                       measured_network_Bps=link["bandwidth_Bps"], latency_s=link["latency_s"],
                       ps_partition="balanced", full_duplex=full_duplex_of(exchange_form))
+    # a sharded layout is all-reduce's: the baseline's servers come from the ps rows
+    sharded = layout not in (None, "ddp")
     opts = PlanOptions(target_efficiency=target_efficiency, max_gpus=workers,
-                       architectures=("ps",), layout=layout)
+                       architectures=("ps", "allreduce") if sharded else ("ps",),
+                       layout=layout)
     return inp, plan(worker, cluster, opts)
 
 

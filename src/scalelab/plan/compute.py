@@ -243,6 +243,12 @@ def _same_device(inp: PlanInput, step_s: float, batch_size: int, cluster: Cluste
     asked = options.precision or cluster.precision
     if not asked or asked == measured_p:
         return TargetCompute(step_s, False, (), (), precision=measured_p)
+    if target.peak_flops("fp32") is None or target.memory_bandwidth_Bps is None:
+        raise UsageError(
+            f"--precision {asked} on {target.name}: its peaks are unknown, so the step "
+            f"measured in {measured_p} cannot be carried to {asked}; drop --precision, or "
+            "profile in that precision there (scalelab profile --algorithms auto times the "
+            "configurations the device runs)")
     precision, why = target_precision(inp, cluster, options, target)
     from scalelab.hardware.estimate import estimate_step
     from scalelab.hardware.packaged import fit_and_bands

@@ -73,18 +73,21 @@ def _forward_share(st) -> float | None:
 
 
 def candidate(st, sizes, mem: float, all_rows: dict, gpus: int, per_device: int, layout: str,
-              recompute: str) -> Candidate | None:
-    """The largest micro-batch dividing ``per_device`` that ``layout`` holds, timed."""
+              recompute: str, micro: int | None = None) -> Candidate | None:
+    """The largest micro-batch dividing ``per_device`` that ``layout`` holds (or ``micro``,
+    where the command line fixes it), timed; None when it does not fit."""
     if sizes.per_sample_bytes <= 0:
         return None
     whole = layout_memory(sizes, gpus, layout, per_device, recompute=recompute)
-    m = per_device if whole.total_bytes <= usable_bytes(mem) else largest_divisor(
+    m = micro or (per_device if whole.total_bytes <= usable_bytes(mem) else largest_divisor(
         per_device, layout_memory(sizes, gpus, layout, 1, recompute=recompute,
-                                  accumulation_steps=2).largest_batch(mem))
+                                  accumulation_steps=2).largest_batch(mem)))
     if m < 1:
         return None
     k = per_device // m
     held = layout_memory(sizes, gpus, layout, m, recompute=recompute, accumulation_steps=k)
+    if micro and held.total_bytes > usable_bytes(mem):
+        return None
     t_c = lc._compute_at(st, m)
     ddp = lc._ddp_exchange(all_rows, gpus)
     step = None
@@ -109,6 +112,23 @@ def _band(st, all_rows: dict, gpus: int) -> tuple[float, str]:
     return lc.MIN_GAIN, f"{lc.MIN_GAIN:.0%}"
 
 
+def _fixed_micro(st, per: int) -> int | None:
+    """The micro-batch the command line fixes beside --global-batch: --batch-size, or the
+    share over --accumulation-steps; a UsageError when it does not divide the share."""
+    if not st.options.global_batch:
+        return None
+    from scalelab.errors import UsageError
+
+    k = st.cluster.accumulation_steps
+    m = st.options.batch_size or (per // k if k > 1 else None)
+    if m is not None and (per % m or (k > 1 and m * k != per)):
+        raise UsageError(f"--global-batch {st.options.global_batch:,} is {per} samples per "
+                         f"device: micro-batch {m} x {k} accumulation step(s) does not make it "
+                         "(give a --batch-size that divides it, or leave --batch-size and "
+                         "--accumulation-steps to the plan)")
+    return m
+
+
 def decide(st, choice, all_rows: dict, max_gpus: int, global_batch: int):
     """The :class:`scalelab.plan.layout_types.LayoutDecision` for ``global_batch`` (module
     docstring); None when the target's memory or the model's activations are unknown."""
@@ -119,9 +139,10 @@ def decide(st, choice, all_rows: dict, max_gpus: int, global_batch: int):
     gpus = choice.row.gpus
     per, total = split(global_batch, gpus)
     forced_r = st.options.recompute
+    micro = _fixed_micro(st, per)
     cands = [c for lay in zero.LAYOUTS for rc in RECOMPUTES
-             if forced_r in (None, rc)
-             and (c := candidate(st, sizes, mem, all_rows, gpus, per, lay, rc)) is not None]
+             if forced_r in (None, rc) and (c := candidate(st, sizes, mem, all_rows, gpus, per,
+                                                           lay, rc, micro)) is not None]
     head = (f"global batch {total:,} = micro-batch {{m}} x {{k}} accumulation step(s) x "
             f"{gpus} device(s) ({lc.size_text(usable_bytes(mem))} usable of "
             f"{lc.size_text(mem)} per {name})")

@@ -347,7 +347,7 @@ def workload_from_dict(data: dict[str, Any], where: str = "workload") -> PlanInp
     tensor_bytes: tuple[int, ...] = ()
     flops = _positive(data, "flops_per_sample", where, "FLOPs")
     param_bytes = _num(data, "param_bytes", where, required=False)
-    input_shape = data.get("input_shape", (3, 224, 224))
+    input_shape = _shape(data, where)  # a number (input_shape = 5) is one line
     num_classes = _classes(data, where)
     for key in ("device", "algorithm"):
         if key in data:

@@ -78,3 +78,14 @@ class PlanOptions:
         for a in self.architectures or ():
             if a not in ARCHITECTURES:
                 raise UsageError(f"unknown architecture {a!r} ({', '.join(ARCHITECTURES)})")
+
+
+def check_layout_architecture(options: PlanOptions, cluster) -> None:
+    """A sharded layout (ZeRO-1/2/3) under parameter servers is a contradiction: one line."""
+    layout = options.layout
+    named = options.architectures or ((cluster.architecture,) if cluster.architecture
+                                      else ())
+    if layout and layout != "ddp" and named and set(named) == {"ps"}:
+        raise UsageError(f"--layout {layout} shards the model state over all-reduce ranks, "
+                         "while parameter servers keep it themselves (architecture ps): drop "
+                         "--layout, or plan --architecture allreduce")

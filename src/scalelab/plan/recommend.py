@@ -41,7 +41,7 @@ from scalelab.plan.compute import (
     target_compute,
 )
 from scalelab.plan.inputs import PlanInput, load_input
-from scalelab.plan.options import LARGE_BATCH, PlanOptions
+from scalelab.plan.options import LARGE_BATCH, PlanOptions, check_layout_architecture
 from scalelab.plan.reasons import Notes, Reason
 from scalelab.plan.step import ARCHITECTURES, ModelParams, StepWorkload
 from scalelab.plan.sweep import SweepRow, device_counts, sweep_architecture
@@ -278,6 +278,7 @@ def plan(source: PlanInput | str | Path, cluster: Cluster,
     inp = layout_choice.judged_input(source if isinstance(source, PlanInput)
                                      else load_input(source))
     notes = Notes()
+    check_layout_architecture(options, cluster)
     if options.target is None:
         options = dataclasses.replace(options, target=target_choice.choose(inp, cluster,
                                                                            options))
@@ -371,7 +372,7 @@ def _warnings(st: _Setting, gpus: int, tc: TargetCompute, notes: Notes) -> None:
     memory_note = memory_check(st.inp, st.batch, st.cluster)
     if memory_note:
         notes.warn("memory", memory_note)
-    global_batch = gpus * st.batch
+    global_batch = gpus * st.samples_per_exchange  # micro-batch x accumulation x devices
     if global_batch > LARGE_BATCH:
         notes.warn("batch",
                    f"global batch {global_batch:,} > {LARGE_BATCH:,}: convergence needs "

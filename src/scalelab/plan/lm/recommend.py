@@ -154,7 +154,17 @@ def lm_plan(wl: LMWorkload, clusters: list, choices: Choices, objective: str = "
     tokens = tokens if tokens is not None else wl.tokens
     if choices.micro_batch is None and wl.micro_batch is not None:
         choices = Choices(**{**choices.fixed(), "micro_batch": wl.micro_batch})
-    cands = [_candidate(wl, c, choices, g, evaluate, memory) for c in clusters]
+    cands, unfit = [], []
+    for c in clusters:
+        try:
+            cands.append(_candidate(wl, c, choices, g, evaluate, memory))
+        except UsageError as e:
+            # of several device types, one that cannot hold the model is left out, said
+            if len(clusters) == 1 or not str(e).startswith("no layout of"):
+                raise
+            unfit.append(str(e))
+    if not cands:
+        raise UsageError(unfit[0] if len(unfit) == 1 else "; ".join(unfit))
     if objective == "cost":
         _need_prices(cands)
         chosen = min(cands, key=lambda c: c.cost_per_million_tokens)
@@ -182,7 +192,7 @@ def lm_plan(wl: LMWorkload, clusters: list, choices: Choices, objective: str = "
                          "inter_node_Bps": chosen.target.inter_node_Bps,
                          "memory_bytes": chosen.target.memory_bytes,
                          "memory_margin": chosen.target.memory_margin}}
-    warnings = _warnings(wl, chosen, choices)
+    warnings = [f"left out: {u}" for u in unfit] + list(_warnings(wl, chosen, choices))
     return LMPlan(inputs, rec, searched, tuple(warnings), True, tuple(chosen.step.band))
 
 
