@@ -68,9 +68,14 @@ def cross_device(points: Sequence[RefPoint], mode: str = "fit") -> list[PairResu
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     out = []
+    held: dict[str, tuple] = {}  # one refit per device left out, not one per pair
     for s, t in _pairs(points):
-        f = fit() if mode == "fit" else _fit_without(t.device)
-        b = bands() if mode == "fit" else bands().without(t.device)
+        if mode == "fit":
+            f, b = fit(), bands()
+        else:
+            if t.device not in held:
+                held[t.device] = (_fit_without(t.device), bands().without(t.device))
+            f, b = held[t.device]
         est = estimate_step(t.ops(), t.device, t.precision,
                             source_device=s.device, source_step_s=s.step_s,
                             source_ops=s.ops(),
