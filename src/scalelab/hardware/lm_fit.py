@@ -35,13 +35,15 @@ class Efficiency:
     collective_s: float = 0.0   # per latency-bound step of a tensor-parallel ring
     p2p_s: float = 0.0          # per micro-batch a pipeline stage spends in its blocking
                                 # sends and receives beyond their bytes
+    pass_s: float = 0.0         # the device's fixed time per layer pass beyond the
+                                # roofline (its kernels' launch latency and tails)
 
     def __post_init__(self):
         for k in ("matmul", "attention", "memory", "comm", "overlap"):
             v = getattr(self, k)
             if not 0.0 < v <= 1.0 and not (k == "overlap" and v == 0.0):
                 raise ValueError(f"efficiency {k} must be in (0, 1], got {v!r}")
-        for k in ("layer_s", "step_s", "collective_s", "p2p_s"):
+        for k in ("layer_s", "step_s", "collective_s", "p2p_s", "pass_s"):
             if getattr(self, k) < 0:
                 raise ValueError(f"{k} must be >= 0, got {getattr(self, k)!r}")
 

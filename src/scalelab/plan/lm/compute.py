@@ -22,7 +22,11 @@ issues and the time each takes on the device (the roofline of
   memory-bound, 28 bytes per fp32 parameter of the rank's shard: p, g, m, v read, p, m, v
   written);
 - a fixed time per layer and pass (forward, backward x 2, recomputation): the kernels'
-  launches and gaps the roofline does not explain (fitted).
+  launches and gaps the roofline does not explain, on the host's side (``layer_s``) and
+  on the device's (``pass_s``), both fitted;
+- Megatron's softmax falls back from its fused kernel to five PyTorch kernels in fp32
+  where the kernel's shape conditions fail (:func:`megatron_softmax`), and its loss is
+  computed on fp32 logits (:data:`MEGATRON_LOSS_BYTES`).
 
 Everything here is cached per (model, sequence, micro-batch, device, ...): the search calls
 it once per distinct shape, not once per layout.
@@ -57,8 +61,15 @@ row's side is known (:mod:`scalelab.plan.lm.fit`)."""
 
 
 def device_s(work: Work, eff: Efficiency) -> float:
-    """The device's seconds for ``work`` at ``eff``'s fractions."""
-    return work[0] / eff.matmul + work[1] / eff.attention + work[2] / eff.memory
+    """The device's seconds for ``work`` at ``eff``'s fractions, plus ``eff.pass_s`` per
+    layer pass: the device's own fixed time for a pass's kernels beyond their roofline
+    (each kernel's start and drain on the device, a part-filled GPU at the tails of its
+    waves, and, under FSDP, the compute stream's wait on each block's gathered
+    parameters), which the host issuing ahead does not hide. Fitted: in vTrain's rows a
+    layer's time is a fixed ~2 ms plus a per-sequence cost wherever it exceeds the host's
+    (../shared/data/lm/README.md's data), in llm-foundry's the small models' steps."""
+    return (work[0] / eff.matmul + work[1] / eff.attention + work[2] / eff.memory
+            + work[3] * eff.pass_s)
 
 
 def host_s(work: Work, eff: Efficiency) -> float:
@@ -181,11 +192,13 @@ def layer_work(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
         af = 4.0 * batch * seq * seq * h_loc          # the whole square
         scores = batch * heads_loc * seq * seq
         mm_f, mm_b = mm_f + af / apeak, mm_b + 2.0 * af / apeak
-        # softmax (read, write) and its gradient; Megatron's attention dropout (p = 0.1 by
-        # default) writes a 1-byte mask and its output, and reads both again in backward
-        mem_f = scores * (2 * w + w + 1) / bw
-        mem_b = scores * (3 * w + w + 1) / bw
-        attn_fwd = (af / apeak, 0.0, mem_f, 0.0)
+        # softmax and its gradient (:func:`megatron_softmax`); Megatron's attention dropout
+        # (p = 0.1 by default) writes a 1-byte mask and its output, and reads both again in
+        # backward
+        sm_f, sm_b, extra = megatron_softmax(batch, int(heads_loc), seq, w)
+        mem_f = scores * (sm_f + w + 1) / bw
+        mem_b = scores * (sm_b + w + 1) / bw
+        attn_fwd = (af / apeak, 0.0, mem_f, extra)
     flops += af
     # memory-bound: 2 norms (read, write) and 2 residual adds (2 reads, a write), on s/t
     # rows with sequence parallelism
@@ -199,13 +212,50 @@ def layer_work(cfg, seq: int, batch: int, tp: int, sequence_parallel: bool,
         mem_f, mem_b = mem_f + 3 * fw / bw, mem_b + 5 * fw / bw   # SiLU(gate) x up
         qk = m * (cfg.hidden + cfg.kv_dim) / tp * w
         mem_f, mem_b = mem_f + 2 * qk / bw, mem_b + 2 * qk / bw   # rotary on q and k
-    return LayerWork((mm_f, at_f, mem_f, 1.0), (mm_b, at_b, mem_b, 2.0), attn_fwd, flops)
+    extra = attn_fwd[3]
+    return LayerWork((mm_f, at_f, mem_f, 1.0 + extra), (mm_b, at_b, mem_b, 2.0 + extra),
+                     attn_fwd, flops)
+
+
+#: kernels one forward pass of a Megatron GPT layer issues with its fused kernels (fp16,
+#: tensor-parallel): layer norm, QKV product, scores (baddbmm), fused scale-mask-softmax,
+#: dropout, context (bmm), context transpose, output projection, its all-reduce,
+#: bias-dropout-add (2), layer norm, fc1, bias-GELU, fc2, its all-reduce, bias-dropout-add
+#: (2): 18. A layer pass of the host's time (``Efficiency.layer_s``) is this many launches.
+MEGATRON_KERNELS_PER_PASS = 18
+
+
+def megatron_softmax(batch: int, heads: int, seq: int, w: float) -> tuple[float, float, float]:
+    """(forward bytes, backward bytes per attention score, extra layer passes the host
+    issues) of Megatron-LM's ``FusedScaleMaskSoftmax`` on ``heads`` heads per rank.
+
+    Its fused CUDA kernel (``scaled_upper_triang_masked_softmax``) reads and writes each
+    score once (2 w forward; backward reads the gradient and the output and writes one:
+    3 w). ``FusedScaleMaskSoftmax.is_kernel_available`` (megatron/model/fused_softmax.py,
+    https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/fusions/fused_softmax.py)
+    takes it only when ``16 < s <= 4096`` (the bound is 2,048 to 16,384 across versions;
+    vTrain's 1,024 is inside all), ``s % 4 == 0`` and ``b x heads`` is a multiple of the
+    kernel's batches per block (``get_batch_per_block``: 128 threads over warps of
+    ``min(32, 2^ceil(log2 s))`` lanes, two batches per warp up to 128 keys: 4 for
+    ``s > 128``, 8 below); otherwise ``forward_torch_softmax``
+    runs in PyTorch in fp32 (``apply_query_key_layer_scaling`` forces
+    ``attention_softmax_in_fp32``): ``.float()`` (w read, 4 written), the scale (4, 4),
+    the in-place causal ``masked_fill_`` (4, 4), softmax (4, 4), ``.half()`` (4, w): 2 w +
+    32 bytes forward, and the same five kernels' gradients backward (2 w + 36: softmax's
+    gradient reads its output too). Four kernels more than the fused one in each pass."""
+    per_block = 8 if seq <= 128 else 4
+    if 16 < seq <= 4096 and seq % 4 == 0 and (batch * heads) % per_block == 0:
+        return 2 * w, 3 * w, 0.0
+    return 2 * w + 32.0, 2 * w + 36.0, 4.0 / MEGATRON_KERNELS_PER_PASS
 
 
 @lru_cache(maxsize=65536)
-def end_work(cfg, seq: int, batch: int, tp: int, precision: str, device: str) -> EndWork:
+def end_work(cfg, seq: int, batch: int, tp: int, precision: str, device: str,
+             loss_bytes: float | None = None) -> EndWork:
     """Embedding, vocabulary head and cross-entropy of one micro-batch (vocabulary-
-    parallel over t ranks), forward + backward, cached."""
+    parallel over t ranks), forward + backward, cached. ``loss_bytes``: bytes the loss
+    moves per logit, forward and backward (None: a cross-entropy that upcasts the logits
+    once, ``2 w + 12``; Megatron's: :data:`MEGATRON_LOSS_BYTES`)."""
     dev = hardware.device(device)
     peak = peak_flops(device, precision)
     bw = dev.memory_bandwidth_Bps
@@ -214,8 +264,19 @@ def end_work(cfg, seq: int, batch: int, tp: int, precision: str, device: str) ->
     emb = 3.0 * m * cfg.hidden * w / bw               # gather, and its scatter-add
     hf, hb = _matmul(m, cfg.hidden, math.ceil(cfg.vocab / tp), peak, SMS.get(dev.name))
     logits = m * cfg.vocab / tp
-    loss = logits * (w + 4.0 + 4.0 + 4.0 + w) / bw    # upcast, softmax; the gradient
+    per = (w + 4.0 + 4.0 + 4.0 + w) if loss_bytes is None else loss_bytes
+    loss = logits * per / bw                          # upcast, softmax; the gradient
     return EndWork((0.0, 0.0, emb, 2.0), (hf + hb, 0.0, loss, 3.0))
+
+
+#: Megatron-LM's ``vocab_parallel_cross_entropy`` on ``output.float()`` (GPT's default,
+#: ``fp16_lm_cross_entropy`` off; megatron/core/tensor_parallel/cross_entropy.py,
+#: https://github.com/NVIDIA/Megatron-LM/blob/main/megatron/core/tensor_parallel/cross_entropy.py),
+#: bytes per logit of 16-bit logits: the upcast (2 read, 4 written), the max (4), the
+#: subtraction of it (4, 4), exp in place (4, 4), the sum (4), the division in place (4, 4)
+#: forward; backward the in-place product with the loss gradient (4, 4) and the upcast's
+#: gradient (4, 2).
+MEGATRON_LOSS_BYTES = 6.0 + 4.0 + 8.0 + 8.0 + 4.0 + 8.0 + 8.0 + 6.0
 
 
 def optimizer_work(params_on_rank: float, device: str, bytes_per_param: float = 28.0

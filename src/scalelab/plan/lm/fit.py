@@ -14,13 +14,14 @@ Two sets (``../shared/data/lm``, described in its README):
   has no steady state: its bubble and order are GPipe's).
 
 The model is linear in its factors: a step is ``F . c`` with ``c = (1/e_matmul,
-1/e_attention, 1/e_memory, layer_s, 1/e_comm)`` and F the :class:`~scalelab.plan.lm.step.
-Terms` of the row, plus latency; so a fit is weighted least squares on the relative error
-``(F c - y) / y``, bounds held by fixing a factor that leaves its range and solving again.
-ZeRO-3's per-micro-batch exchange hidden behind compute (``max(0, x - T_mb)``) is not
-linear: it is evaluated at the previous iteration's factors (it is zero on every row here
-but for the largest models on many nodes). ``comm`` is fitted on the megatron stack only
-(its exchanges are exposed); on the FSDP rows it is hidden and kept at its default.
+1/e_attention, 1/e_memory, layer_s, 1/e_comm, step_s, collective_s, p2p_s, pass_s)`` and F
+the :class:`~scalelab.plan.lm.step.Terms` of the row, plus latency; so a fit is weighted
+least squares on the relative error ``(F c - y) / y``, bounds held by fixing a factor that
+leaves its range and solving again. ZeRO-3's per-block exchange hidden behind each block's
+compute (:func:`~scalelab.plan.lm.step.zero3_exposed_s`) is not linear: it is evaluated at
+the previous iteration's factors, and FSDP's ``comm`` (which enters only through it) is
+fitted by a one-dimensional search around that least squares (:data:`PROFILED`); on the
+megatron stack ``comm`` is one of the linear factors (its exchanges are exposed).
 
 Held out: leave one *model* out for llm-foundry (every row of that model refitted without
 it), leave one *row* out for vTrain. ``python -m scalelab.plan.lm.fit`` writes
@@ -48,9 +49,9 @@ from scalelab.plan.lm.step import LMTarget, Terms, step_seconds, terms
 
 DATA = Path("../shared/data/lm")
 FILES = {"pytorch": "llmfoundry-mpt-a100.csv", "megatron": "vtrain-single-node-a100.csv"}
-FITTED = {"pytorch": ("matmul", "attention", "memory", "layer_s", "step_s"),
+FITTED = {"pytorch": ("matmul", "attention", "memory", "layer_s", "step_s", "pass_s"),
           "megatron": ("matmul", "memory", "layer_s", "comm", "step_s", "collective_s",
-                       "p2p_s")}
+                       "p2p_s", "pass_s")}
 INVERSE = {"matmul", "attention", "memory", "comm"}   # fitted as 1/e
 NVLINK3_Bps = 300e9          # catalog nvlink3, per direction
 ROCE_PER_GPU_Bps = 1600e9 / 8 / 8   # 1,600 Gb/s per node over its 8 GPUs
@@ -139,7 +140,7 @@ def _base(stack: str) -> lm_fit.Efficiency:
 
 
 _COLUMNS = ("matmul", "attention", "memory", "layer_s", "comm", "step_s", "collective_s",
-            "p2p_s")
+            "p2p_s", "pass_s")
 
 
 def _features(t: Terms, eff: lm_fit.Efficiency) -> tuple[list[float], float]:
@@ -149,14 +150,17 @@ def _features(t: Terms, eff: lm_fit.Efficiency) -> tuple[list[float], float]:
     k = t.micro_batches * (1.0 + t.bubble)
     f = [0.0] * len(_COLUMNS)
     const = 0.0
-    tp_bytes = t.tp_s / eff.comm + t.tp_latency_s
-    if lmc.device_s(t.micro_batch, eff) + tp_bytes >= lmc.host_s(t.micro_batch, eff):
-        f[0], f[1], f[2] = (k * t.micro_batch[i] for i in range(3))
-        f[4] += k * t.tp_s
-        const += k * t.tp_latency_s
-    else:
-        f[3] = k * t.micro_batch[3]
-    f[6] = k * t.tp_steps
+    tp_bytes = t.tp_s / eff.comm + t.tp_latency_s + t.tp_steps * eff.collective_s
+    for w, kw in ((t.micro_batch, t.micro_batches), (t.other_stage, t.micro_batches * t.bubble)):
+        if lmc.device_s(w, eff) + tp_bytes >= lmc.host_s(w, eff):
+            for i in range(3):
+                f[i] += kw * w[i]
+            f[8] += kw * w[3]
+            f[4] += kw * t.tp_s
+            f[6] += kw * t.tp_steps
+            const += kw * t.tp_latency_s
+        else:
+            f[3] += kw * w[3]
     f[7] = k if t.bubble > 0 else 0.0
     f[4] += t.p2p_s
     const += t.p2p_latency_s
@@ -200,11 +204,45 @@ def _solve(F: np.ndarray, const: np.ndarray, y: np.ndarray, eff: lm_fit.Efficien
         free.remove(n)
 
 
+#: factors fitted by a one-dimensional search (the others by least squares at each value):
+#: FSDP's link fraction ``comm`` enters only through ``max(0, collective - compute)`` per
+#: block (:func:`scalelab.plan.lm.step.zero3_exposed_s`), which is not linear in it
+PROFILED = {"pytorch": "comm"}
+_PROFILE_RANGE = (0.05, 1.0)
+
+
 def fit(stack: str, rows: list[Case], iterations: int = 6) -> lm_fit.Efficiency:
-    """The factors of ``stack`` fitted on ``rows`` (module docstring)."""
-    eff = _base(stack)
+    """The factors of ``stack`` fitted on ``rows`` (module docstring); a factor of
+    :data:`PROFILED` by the least relative squared error over a log grid, refined by
+    golden section."""
+    name = PROFILED.get(stack)
     ts = [terms(c.model, c.layout, c.seq_len, c.target, stack) for c in rows]
     y = np.array([c.measured_s for c in rows])
+    if name is None:
+        return _fit_at(stack, ts, y, _base(stack), iterations)
+
+    def at(v: float) -> tuple[float, lm_fit.Efficiency]:
+        eff = _fit_at(stack, ts, y, replace(_base(stack), **{name: v}), iterations)
+        r = np.array([step_seconds(t, eff)[-1] for t in ts]) / y - 1.0
+        return float(r @ r), eff
+
+    lo, hi = np.log(_PROFILE_RANGE[0]), np.log(_PROFILE_RANGE[1])
+    grid = np.linspace(lo, hi, 16)
+    errs = [at(float(np.exp(g)))[0] for g in grid]
+    i = int(np.argmin(errs))
+    a, b = grid[max(0, i - 1)], grid[min(len(grid) - 1, i + 1)]
+    g = (np.sqrt(5.0) - 1.0) / 2.0
+    for _ in range(12):
+        c, d = b - g * (b - a), a + g * (b - a)
+        if at(float(np.exp(c)))[0] <= at(float(np.exp(d)))[0]:
+            b = d
+        else:
+            a = c
+    return at(float(np.exp((a + b) / 2.0)))[1]
+
+
+def _fit_at(stack: str, ts: list[Terms], y: np.ndarray, eff: lm_fit.Efficiency,
+            iterations: int) -> lm_fit.Efficiency:
     for _ in range(iterations):
         feats = [_features(t, eff) for t in ts]
         F = np.array([f for f, _ in feats])

@@ -5,20 +5,24 @@ The step of the busiest pipeline stage, for m = ``accumulation`` micro-batches o
 
     step = m T_mb                               compute (forward, backward, recomputation)
          + m L_stage T_tp                       tensor-parallel collectives, not overlapped
-         + (p-1)/(v m) x m (T_mb + L_stage T_tp) the pipeline's bubble
+         + (p-1)/(v m) x m T_other              the pipeline's bubble: the other stages
          + 2 (v p - 1) T_p2p                    the first and last micro-batch's sends
          + exposed data-parallel exchange       after the last backward (ZeRO-3: per
-                                                micro-batch, hidden behind its compute)
+                                                block, hidden behind its compute)
          + T_opt                                AdamW over the rank's shard
 
-T_mb is the stage's layers (:func:`scalelab.plan.lm.compute.layer_times`: forward,
-backward, a second forward under full recomputation, the attention core's forward under
-selective) plus the embedding on stage 0 and the head and loss on the last stage (the
-larger of the two sets the pace). The formulas are :mod:`scalelab.theory.parallel`'s, the
-bytes :mod:`scalelab.theory.zero`'s, the FLOPs :mod:`scalelab.theory.lm`'s. Each collective
-runs on the link it crosses (tensor groups innermost, as Megatron and torchtitan place
-ranks: a group inside a node uses ``intra_node_Bps``, one that spans nodes the NIC share
-``inter_node_Bps``), at the fitted fraction ``comm`` of it.
+T_mb is the stage's layers (:func:`scalelab.plan.lm.compute.layer_work`: forward, backward,
+a second forward under full recomputation, the attention core's forward under selective,
+and the stack's per-micro-batch gradient accumulation) plus the embedding on stage 0 and
+the head and loss on the last stage (the larger of the two sets the pace); T_other, what
+the bubble waits for, the mean micro-batch of the other stages (a pipeline of m identical
+micro-batches over stages of times T_s takes ``sum_s T_s + (m-1) max_s T_s``: the bubble is
+the other stages', not p-1 copies of the slowest). The formulas are
+:mod:`scalelab.theory.parallel`'s, the bytes :mod:`scalelab.theory.zero`'s, the FLOPs
+:mod:`scalelab.theory.lm`'s. Each collective runs on the link it crosses (tensor groups
+innermost, as Megatron and torchtitan place ranks: a group inside a node uses
+``intra_node_Bps``, one that spans nodes the NIC share ``inter_node_Bps``), at the fitted
+fraction ``comm`` of it.
 
 Cheap: what depends only on (model, sequence, micro-batch, tensor degree, device) is
 cached, so a call is arithmetic on cached numbers.
@@ -41,9 +45,17 @@ from scalelab.theory import parallel as par
 from scalelab.theory import zero
 from scalelab.theory.memory import MEMORY_MARGIN
 
-#: how each stack runs: fused attention kernel, bytes of an exchanged gradient element
-STACKS = {"pytorch": {"fused_attention": True, "grad_bytes": 4.0},
-          "megatron": {"fused_attention": False, "grad_bytes": 2.0}}
+#: how each stack runs: fused attention kernel, bytes of an exchanged gradient element,
+#: bytes the loss moves per logit (None: a fused cross-entropy), bytes per parameter each
+#: micro-batch's gradient accumulation moves outside the products (megatron: the weight-
+#: gradient product writes the 16-bit gradient, 2, and Megatron's DDP hook
+#: ``param.main_grad.add_(param.grad)`` reads it, 2, and reads and writes the fp32
+#: ``main_grad``, 8: megatron/model/distributed.py, ``accumulate_allreduce_grads_in_fp32``;
+#: FSDP reduce-scatters each micro-batch's gradient instead, counted in its exchange)
+STACKS = {"pytorch": {"fused_attention": True, "grad_bytes": 4.0, "loss_bytes": None,
+                      "grad_accum_bytes": 0.0},
+          "megatron": {"fused_attention": False, "grad_bytes": 2.0,
+                       "loss_bytes": lmc.MEGATRON_LOSS_BYTES, "grad_accum_bytes": 12.0}}
 
 
 @dataclass(frozen=True)
@@ -156,6 +168,8 @@ class Terms:
     at the link's full bandwidth plus latency."""
 
     micro_batch: lmc.Work      # one micro-batch on the busiest stage
+    other_stage: lmc.Work      # one micro-batch on the others (their mean; = micro_batch
+                               # without a pipeline): what the bubble waits for
     last_backward: lmc.Work    # the last micro-batch's backward (what the exchange hides in)
     micro_batches: int
     bubble: float              # the pipeline's bubble fraction
@@ -167,6 +181,10 @@ class Terms:
     dp_s: float                # the exchange at full bandwidth (ZeRO-3: per micro-batch)
     dp_latency_s: float
     dp_per_micro_batch: bool   # ZeRO-3 gathers and scatters every micro-batch
+    dp_gather_share: float     # ZeRO-3: the share of dp_s one all-gather of the parameters is
+    layers: int                # blocks on the busiest stage (ZeRO-3's units)
+    layer_forward: lmc.Work    # one block's forward, one micro-batch
+    layer_backward: lmc.Work   # one block's backward with its recomputation
     optimizer: lmc.Work
     rank_params: float
 
@@ -182,15 +200,25 @@ def _shape(cfg, seq_len: int, b: int, tp: int, sp: bool, recompute: str, precisi
     seq = seq_len // cp
     lw = lmc.layer_work(cfg, seq, b, tp, sp, precision, target.device,
                         st["fused_attention"])
-    ends = lmc.end_work(cfg, seq, b, tp, precision, target.device)
+    ends = lmc.end_work(cfg, seq, b, tp, precision, target.device, st["loss_bytes"])
     layers = math.ceil(cfg.layers / pp)
     rec = {"full": lw.forward, "selective": lw.attention_forward}.get(
         recompute, (0.0, 0.0, 0.0, 0.0))
     body = lmc.scale(layers, lmc.add(lw.forward, lw.backward, rec))
-    edge = (lmc.add(ends.embedding, ends.head) if pp == 1 else
-            max(ends.embedding, ends.head, key=lambda x: x[0] + x[2]))
-    mb = lmc.add(body, edge)
+    first, last = lmm.stage_params(cfg, pp)
+    accum = lmc.optimizer_work(max(first, last) / tp, target.device, st["grad_accum_bytes"])
+    body = lmc.add(body, accum)
+    if pp == 1:
+        mb = other = lmc.add(body, ends.embedding, ends.head)
+    else:
+        # the busiest stage sets the steady state; the bubble is the other stages' time
+        # (a flow shop of m identical jobs: sum of the stages + (m-1) x the slowest), their
+        # mean being the layers and one end's share
+        edge, small = sorted((ends.embedding, ends.head), key=lambda x: x[0] + x[2])[::-1]
+        mb = lmc.add(body, edge)
+        other = lmc.add(body, lmc.scale(1.0 / (pp - 1), small))
     last_bwd = lmc.scale(layers / vpp, lmc.add(lw.backward, rec))
+    layer_bwd = lmc.add(lw.backward, rec)
     lat = target.latency_s
     tp_s = layers * par.tp_layer_s(b, seq, cfg.hidden, tp, _link(tp, 1, target), 0.0,
                                    value_bytes=w, sequence_parallel=sp, recompute=recompute)
@@ -201,8 +229,8 @@ def _shape(cfg, seq_len: int, b: int, tp: int, sp: bool, recompute: str, precisi
         tp_s += layers * par.cp_ring_s(b, seq_len, cfg.kv_dim, cp, _link(cp, tp, target),
                                        0.0, w)
         tp_lat += layers * 3 * (cp - 1) * lat
-    first, last = lmm.stage_params(cfg, pp)
-    return mb, last_bwd, tp_s, tp_lat, tp_steps, max(first, last) / tp
+    return (mb, other, last_bwd, tp_s, tp_lat, tp_steps, max(first, last) / tp, layers,
+            lw.forward, layer_bwd)
 
 
 def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMTarget,
@@ -212,7 +240,8 @@ def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMT
         raise ValueError(f"unknown stack {stack!r} ({', '.join(STACKS)})")
     w = lmc.value_bytes(lay.precision)
     b, m, tp, pp = lay.micro_batch, lay.accumulation, lay.tp, lay.pp
-    mb, last_bwd, tp_s, tp_lat, tp_steps, rank_params = _shape(
+    (mb, other, last_bwd, tp_s, tp_lat, tp_steps, rank_params, layers, layer_fwd,
+     layer_bwd) = _shape(
         cfg, seq_len, b, tp, lay.sequence_parallel, lay.recompute, lay.precision, pp,
         lay.vpp, lay.cp, target, stack)
     lat = target.latency_s
@@ -222,48 +251,72 @@ def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMT
                              _link(pp, lay.gpus // pp, target), 0.0, value_bytes=w, tp=tp,
                              sequence_parallel=lay.sequence_parallel, vpp=lay.vpp)
         p2p_lat = 2.0 * (lay.vpp * pp - 1) * lat
-    dp_s = dp_lat = 0.0
+    dp_s = dp_lat = gather = 0.0
     if lay.dp > 1:
         bw = _link(lay.dp, tp * lay.cp, target)
         grad_bytes = STACKS[stack]["grad_bytes"]
         if lay.zero == 3:
             dp_s = (2.0 * w + grad_bytes) * (lay.dp - 1) / lay.dp * rank_params / bw
+            gather = w / (2.0 * w + grad_bytes)
             dp_lat = 3 * (lay.dp - 1) * lat
         else:
             dp_s = zero.exchange_s(rank_params, lay.dp, lay.layout, bw, 0.0,
                                    param_bytes_per_param=w, grad_bytes_per_param=grad_bytes)
             dp_lat = 2 * (lay.dp - 1) * lat
     opt = lmc.optimizer_work(rank_params / (lay.dp if lay.zero >= 1 else 1), target.device)
-    return Terms(mb, last_bwd, m, par.bubble_fraction(pp, m, lay.schedule, lay.vpp), tp_s,
-                 tp_lat, tp_steps, p2p_s, p2p_lat, dp_s, dp_lat, lay.zero == 3, opt,
-                 rank_params)
+    return Terms(mb, other, last_bwd, m, par.bubble_fraction(pp, m, lay.schedule, lay.vpp), tp_s,
+                 tp_lat, tp_steps, p2p_s, p2p_lat, dp_s, dp_lat, lay.zero == 3, gather, layers,
+                 layer_fwd, layer_bwd, opt, rank_params)
 
 
 def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
     """(compute, tp, bubble, p2p, dp exposed, optimizer + fixed, step) seconds of ``t`` at
-    ``eff``. A micro-batch takes the longer of the device's time (its compute and its
-    tensor-parallel collectives' bytes, in one stream) and the host's time to issue its
-    layer passes, plus a fitted time per latency-bound ring step of those collectives
-    (each waits for every rank of the group, the ranks' hosts as much as their devices),
-    plus, in a pipeline, a fitted time per micro-batch for the stage's blocking sends and
-    receives (their setup and synchronization; the bytes are the p2p term).
-    The tensor-parallel term is what the collectives add beyond the compute."""
+    ``eff``. A micro-batch takes the longer of the device's time (its compute, its
+    tensor-parallel collectives' bytes and a fitted time per latency-bound ring step of
+    those collectives, all in one stream: NCCL's ring kernel occupies the device while it
+    waits on its peers' flags, time the device has to spare when the host is the slower
+    side) and the host's time to issue its layer passes, plus, in a pipeline, a fitted
+    time per micro-batch for the stage's blocking sends and receives (their setup and
+    synchronization; the bytes are the p2p term). The pipeline's bubble is the other
+    stages' micro-batch time (:class:`Terms` ``other_stage``). The tensor-parallel term is
+    what the collectives add beyond the compute."""
+    tp_bytes = t.tp_s / eff.comm + t.tp_latency_s + t.tp_steps * eff.collective_s
+    fixed = eff.p2p_s if t.bubble > 0 else 0.0
     dev = lmc.device_s(t.micro_batch, eff)
     host = lmc.host_s(t.micro_batch, eff)
-    tp_bytes = t.tp_s / eff.comm + t.tp_latency_s
-    mb = (max(dev + tp_bytes, host) + t.tp_steps * eff.collective_s
-          + (eff.p2p_s if t.bubble > 0 else 0.0))
+    mb = max(dev + tp_bytes, host) + fixed
+    other = max(lmc.device_s(t.other_stage, eff) + tp_bytes,
+                lmc.host_s(t.other_stage, eff)) + fixed
     compute = t.micro_batches * max(dev, host)
     tp = t.micro_batches * mb - compute
-    bubble = t.bubble * t.micro_batches * mb
+    bubble = t.bubble * t.micro_batches * other
     p2p = t.p2p_s / eff.comm + t.p2p_latency_s
     x = t.dp_s / eff.comm + t.dp_latency_s
     if t.dp_per_micro_batch:
-        dp = t.micro_batches * max(0.0, x - eff.overlap * mb)
+        dp = t.micro_batches * zero3_exposed_s(t, x, eff)
     else:
         dp = par.dp_exposed_s(x, lmc.device_s(t.last_backward, eff), eff.overlap)
     opt = lmc.device_s(t.optimizer, eff) + eff.step_s
     return compute, tp, bubble, p2p, dp, opt, compute + tp + bubble + p2p + dp + opt
+
+
+def zero3_exposed_s(t: Terms, exchange_s: float, eff: lm_fit.Efficiency) -> float:
+    """ZeRO-3's (FSDP FULL_SHARD's) exchange of one micro-batch not hidden by compute,
+    block by block: FSDP gathers each block's parameters while the block before computes
+    (forward prefetch) and, in backward, gathers them again (for the recomputation and the
+    backward) and reduce-scatters the gradients on the same communication stream while
+    the block behind computes (backward prefetch): a forward takes ``max(F, AG)``, a
+    backward ``max(B, AG + RS)`` per block (PyTorch, "FullyShardedDataParallel",
+    ``forward_prefetch`` / ``BackwardPrefetch``: https://pytorch.org/docs/stable/fsdp.html;
+    Zhao et al. 2023, "PyTorch FSDP", sec. 4.3 and 5). A block whose collective outlasts
+    its compute leaves the difference exposed, even when the whole exchange is shorter than
+    the whole compute."""
+    n = max(1, t.layers)
+    ag = exchange_s * t.dp_gather_share / n
+    rest = exchange_s / n - ag
+    fwd = eff.overlap * lmc.device_s(t.layer_forward, eff)
+    bwd = eff.overlap * lmc.device_s(t.layer_backward, eff)
+    return n * (max(0.0, ag - fwd) + max(0.0, ag + rest - bwd))
 
 
 def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
