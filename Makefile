@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/scalelab advise resnet18 --input-shape 3,64,64 --num-classes 100 --max-batch 64 --out scalelab-out
 
+# two pytest workers (pytest-xdist): the suite averages about one busy core, and its
+# multi-process tests spend much of their time waiting on each other
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 # the pure tier for the edit loop: no processes, namespaces, browser or slow runs
 check: $(STAMP)
