@@ -145,6 +145,7 @@ def test_fsdp_over_dp_times_tp_on_2x2_equals_one_process(tmp_path):
                                       "micro-batches per step, got 1 (--accumulation-steps"),
     (["--cp", "2", "--workers", "2"], "--cp 2: context parallelism does not run on the CPU"),
     (["--tp", "2", "--workers", "2", "--ps", "1"], "--ps is not taken by a tensor or pipeline"),
+    (["--tp", "2", "--workers", "2", "--emulate-network", "fast"], "not a rate: 'fast'"),
     (["--tp", "2", "--workers", "2", "--precision", "fp16"], "--precision fp16: fp16 needs loss "
                                                             "scaling"),
     (["--tp", "2", "--workers", "4", "--architecture", "fsdp", "--zero", "1"],

@@ -49,7 +49,6 @@ def _refuse_foreign(args) -> None:
         raise UsageError(f"--cp {args.cp}: context parallelism does not run on the CPU "
                          "(PyTorch has no sharding rule for its CPU attention kernel)")
     bad = [(args.ps is not None, "--ps"), (args.mode != "sync", "--mode async"),
-           (args.emulate_network is not None, "--emulate-network"),
            (args.data is not None, "--data"), (args.colocate, "--colocate"),
            (args.piece_size is not None, "--piece-size"),
            (args.algorithm != "default", "--algorithm")]
@@ -102,7 +101,7 @@ def config_from_args(args):
         timeout_s=args.timeout, checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every, resume=args.resume,
         device=args.device or _default_device(), threads=args.threads,
-        extra={"model_name": args.model})
+        emulate_network=args.emulate_network, extra={"model_name": args.model})
 
 
 def _default_device() -> str:

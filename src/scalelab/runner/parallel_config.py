@@ -48,6 +48,9 @@ class ParallelRunConfig:
     device: str = "cpu"
     threads: int | None = None
     final_params_path: str | None = None
+    emulate_network: str | None = None
+    """Each rank on a host of its own, the hosts' links shaped to this rate
+    (:mod:`scalelab.netem`; root and network namespaces; CPU ranks over Gloo)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -113,6 +116,13 @@ class ParallelRunConfig:
             raise UsageError("--checkpoint-every and --resume need --checkpoint-dir")
         if self.threads is not None and self.threads < 1:
             raise UsageError(f"threads must be >= 1, got {self.threads}")
+        if self.emulate_network is not None:
+            from scalelab import netem
+
+            if self.device != "cpu":
+                raise UsageError("--emulate-network with a tensor or pipeline layout trains on "
+                                 "the CPU (Gloo): use --device cpu")
+            netem.parse_rate(self.emulate_network)   # a bad rate is one line
 
     @property
     def world_size(self) -> int:
@@ -149,7 +159,8 @@ class ParallelRunConfig:
                 "timeout_s": self.timeout_s, "checkpoint_dir": self.checkpoint_dir,
                 "checkpoint_every": self.checkpoint_every, "resume": self.resume,
                 "device": self.device, "threads": self.threads,
-                "final_params_path": self.final_params_path, "extra": self.extra,
+                "final_params_path": self.final_params_path,
+                "emulate_network": self.emulate_network, "extra": self.extra,
                 "workers": self.world_size, "tp": self.layout.tp, "pp": self.layout.pp,
                 "vpp": self.layout.vpp, "dp": self.layout.dp,
                 "schedule": self.layout.schedule if self.layout.pp > 1 else None,

@@ -60,35 +60,55 @@ def run_parallel(cfg: ParallelRunConfig, progress=None, ranks_path=None,
     ``progress(record)``: called with each step line of ``watch_rank`` (default
     :func:`progress_rank`). Raises UsageError for bad input, RunFailure when a rank fails."""
     if launcher == "torchrun":
+        if cfg.emulate_network:
+            raise UsageError("--emulate-network starts every rank on a host of its own: it "
+                             "needs the local launcher, not torchrun")
         return _run_torchrun(cfg, ranks_path)
     if launcher != "local":
         raise UsageError(f"unknown launcher {launcher!r} (local or torchrun)")
+    from contextlib import ExitStack
+
     from scalelab.runner.launch import Job, RankSpec, cpu_count
 
     precheck(cfg)
     workdir = Path(tempfile.mkdtemp(prefix="scalelab-parallel-"))
     try:
-        config_path = workdir / "config.json"
-        config_path.write_text(json.dumps(cfg.to_dict()))
-        threads = str(max(1, cpu_count() // cfg.world_size))
-        ranks = [RankSpec(r, cfg.describe_rank(r), [],
-                          {"SCALELAB_THREADS": threads, "GLOO_SOCKET_IFNAME": "lo"})
-                 for r in range(cfg.world_size)]
-        watch = progress_rank(cfg) if watch_rank is None else watch_rank
-        job = Job(workdir, config_path, ranks, master_addr="127.0.0.1",
-                  timeout_s=cfg.timeout_s, progress_rank=watch, warm=cfg.device == "cpu",
-                  module="scalelab.runner.parallel_train")
-        job.start()
-        job.wait(on_line=progress)
-        try:
-            result = json.loads((workdir / "result.json").read_text())
-        except (OSError, ValueError):
-            raise RunFailure("the job ended without a result from rank 0") from None
-        if job.teardown:
-            result["warnings"] = [*result.get("warnings", []), *job.teardown]
-        if ranks_path:
-            _write_ranks(ranks_path, workdir, cfg.world_size)
-        return result
+        with ExitStack() as stack:
+            net = None
+            if cfg.emulate_network:
+                from scalelab import netem
+
+                netem.check_available()
+                net = stack.enter_context(netem.emulated_network(cfg.world_size,
+                                                                 cfg.emulate_network))
+            config_path = workdir / "config.json"
+            config_path.write_text(json.dumps(cfg.to_dict()))
+            threads = str(max(1, cpu_count() // cfg.world_size))
+            # on an emulated network each rank is a host of its own, behind its shaped link
+            ranks = [RankSpec(r, cfg.describe_rank(r),
+                              net.exec_prefix(r) if net is not None else [],
+                              {"SCALELAB_THREADS": threads,
+                               "GLOO_SOCKET_IFNAME": net.hosts[r].ifname if net is not None
+                               else "lo"})
+                     for r in range(cfg.world_size)]
+            watch = progress_rank(cfg) if watch_rank is None else watch_rank
+            job = Job(workdir, config_path, ranks,
+                      master_addr=net.hosts[0].ip if net is not None else "127.0.0.1",
+                      timeout_s=cfg.timeout_s, progress_rank=watch, warm=cfg.device == "cpu",
+                      module="scalelab.runner.parallel_train")
+            job.start()
+            job.wait(on_line=progress)
+            try:
+                result = json.loads((workdir / "result.json").read_text())
+            except (OSError, ValueError):
+                raise RunFailure("the job ended without a result from rank 0") from None
+            if job.teardown:
+                result["warnings"] = [*result.get("warnings", []), *job.teardown]
+            if net is not None:
+                result["network"] = {"rate_bps": net.rate_bps, "hosts": len(net.hosts)}
+            if ranks_path:
+                _write_ranks(ranks_path, workdir, cfg.world_size)
+            return result
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
