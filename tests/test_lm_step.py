@@ -93,3 +93,18 @@ def test_context_parallel_charges_its_kv_ring():
     two = lm_step(cfg, ParallelLayout(dp=4, cp=2, zero=3), 32768, H100x64)
     assert two.tp_comm_s > one.tp_comm_s == 0.0
     assert two.memory["activations"] < one.memory["activations"]
+
+
+def test_a_pipeline_over_a_slow_link_is_paced_by_its_sends():
+    """Sends shorter than a stage's compute: two exposed per boundary, the time linear in
+    the link's; far slower: every micro-batch waits on the link (pp_link_bound_s)."""
+    cfg = preset("gpt2")
+    lay = ParallelLayout(pp=2, micro_batch=8, accumulation=8, precision="bf16")
+
+    def p2p(bw):
+        return lm_step(cfg, lay, 1024, LMTarget("H100-SXM", 1, 2, 450e9, bw)).pp_p2p_s
+
+    fast = p2p(50e9)
+    assert p2p(25e9) == pytest.approx(2 * fast, rel=0.02)     # two sends: linear in 1/B
+    slow = p2p(1e8)
+    assert slow > 4 * fast * 50e9 / 1e8                       # far past linear: paced

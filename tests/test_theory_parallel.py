@@ -42,3 +42,15 @@ def test_dp_overlap_and_cp():
     assert par.cp_ring_s(1, 8192, 1024, 1, 1e9) == 0.0
     assert par.cp_ring_s(1, 8192, 1024, 4, 100e9) == pytest.approx(
         3 * 3 * (2 * 2048 * 1024 * 2) / 100e9)
+
+
+def test_a_send_longer_than_a_stage_pass_sets_the_pace():
+    # shorter than forward and backward: nothing beyond the first and last micro-batch's
+    assert par.pp_link_bound_s(0.01, 0.02, 0.04, 8) == 0.0
+    # 30 ms sends, 20 ms forward, 40 ms backward, 8 micro-batches: 7 x 10 ms forward
+    assert par.pp_link_bound_s(0.03, 0.02, 0.04, 8) == pytest.approx(0.07)
+    # longer than both, interleaved over 2 virtual stages (chunks of 10 and 20 ms)
+    assert par.pp_link_bound_s(0.03, 0.02, 0.04, 4, vpp=2) == pytest.approx(7 * (0.02 + 0.01))
+    assert par.pp_link_bound_s(0.0, 0.02, 0.04, 4) == 0.0
+    with pytest.raises(ValueError):
+        par.pp_link_bound_s(0.03, 0.02, 0.04, 0)

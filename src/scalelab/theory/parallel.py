@@ -127,6 +127,21 @@ def pp_p2p_s(batch: int, seq: int, hidden: int, pp: int, micro_batches: int,
     return 2.0 * (vpp * pp - 1) * one
 
 
+def pp_link_bound_s(send_s: float, forward_s: float, backward_s: float, micro_batches: int,
+                    vpp: int = 1) -> float:
+    """What a pipeline's sends add beyond :func:`pp_p2p_s` when one send outlasts the
+    compute it overlaps with. In the steady state a boundary passes one micro-batch (one
+    chunk of it per virtual stage) forward every ``max(F, s)`` and back every ``max(B, s)``,
+    with ``F`` and ``B`` a stage's forward and backward of one micro-batch over ``vpp``:
+    ``(v m - 1) (max(0, s - F/v) + max(0, s - B/v))``; zero while every send is the shorter."""
+    _positive_int("micro_batches", micro_batches)
+    _positive_int("vpp", vpp)
+    if send_s <= 0.0:
+        return 0.0
+    f, b = forward_s / vpp, backward_s / vpp
+    return (vpp * micro_batches - 1) * (max(0.0, send_s - f) + max(0.0, send_s - b))
+
+
 def in_flight_micro_batches(pp: int, micro_batches: int, schedule: str = "1f1b",
                             vpp: int = 1) -> float:
     """Micro-batches whose activations stage 0 holds at its peak, in units of one

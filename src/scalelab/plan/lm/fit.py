@@ -45,7 +45,7 @@ from scalelab.hardware import lm_fit
 from scalelab.models.config import TransformerConfig
 from scalelab.parallel import ParallelLayout
 from scalelab.plan.lm import compute as lmc
-from scalelab.plan.lm.step import LMTarget, Terms, step_seconds, terms
+from scalelab.plan.lm.step import LMTarget, Terms, p2p_link_bound_s, step_seconds, terms
 
 DATA = Path("../shared/data/lm")
 FILES = {"pytorch": "llmfoundry-mpt-a100.csv", "megatron": "vtrain-single-node-a100.csv"}
@@ -163,7 +163,7 @@ def _features(t: Terms, eff: lm_fit.Efficiency) -> tuple[list[float], float]:
             f[3] += kw * w[3]
     f[7] = k if t.bubble > 0 else 0.0
     f[4] += t.p2p_s
-    const += t.p2p_latency_s
+    const += t.p2p_latency_s + p2p_link_bound_s(t, eff)   # at eff (not linear; 0 on a fast link)
     if t.dp_per_micro_batch or eff.overlap > 0:
         const += step_seconds(t, eff)[4]           # evaluated at eff (not linear)
     else:

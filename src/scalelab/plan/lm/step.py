@@ -7,6 +7,9 @@ The step of the busiest pipeline stage, for m = ``accumulation`` micro-batches o
          + m L_stage T_tp                       tensor-parallel collectives, not overlapped
          + (p-1)/(v m) x m T_other              the pipeline's bubble: the other stages
          + 2 (v p - 1) T_p2p                    the first and last micro-batch's sends
+           (+ (v m - 1) max(0, T_p2p - F)         and every other one that outlasts a
+              + ... for B)                       stage's forward F or backward B of a
+                                                micro-batch (:func:`p2p_link_bound_s`)
          + exposed data-parallel exchange       after the last backward (ZeRO-3: per
                                                 block, hidden behind its compute)
          + T_opt                                AdamW over the rank's shard
@@ -187,6 +190,20 @@ class Terms:
     layer_backward: lmc.Work   # one block's backward with its recomputation
     optimizer: lmc.Work
     rank_params: float
+    p2p_sends: int = 0         # the sends p2p_s counts: 2 (v p - 1)
+    vpp: int = 1
+
+
+def p2p_link_bound_s(t: Terms, eff: lm_fit.Efficiency) -> float:
+    """The pipeline's sends exposed beyond the first and last micro-batch's when one send
+    outlasts a stage's forward or backward of a micro-batch
+    (:func:`scalelab.theory.parallel.pp_link_bound_s`)."""
+    if not t.p2p_sends:
+        return 0.0
+    one = (t.p2p_s / eff.comm + t.p2p_latency_s) / t.p2p_sends
+    fwd = t.layers * lmc.device_s(t.layer_forward, eff)
+    bwd = t.layers * lmc.device_s(t.layer_backward, eff)
+    return par.pp_link_bound_s(one, fwd, bwd, t.micro_batches, t.vpp)
 
 
 @lru_cache(maxsize=65536)
@@ -266,7 +283,8 @@ def terms(cfg: TransformerConfig, lay: ParallelLayout, seq_len: int, target: LMT
     opt = lmc.optimizer_work(rank_params / (lay.dp if lay.zero >= 1 else 1), target.device)
     return Terms(mb, other, last_bwd, m, par.bubble_fraction(pp, m, lay.schedule, lay.vpp), tp_s,
                  tp_lat, tp_steps, p2p_s, p2p_lat, dp_s, dp_lat, lay.zero == 3, gather, layers,
-                 layer_fwd, layer_bwd, opt, rank_params)
+                 layer_fwd, layer_bwd, opt, rank_params,
+                 2 * (lay.vpp * pp - 1) if pp > 1 else 0, lay.vpp)
 
 
 def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
@@ -290,7 +308,7 @@ def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
     compute = t.micro_batches * max(dev, host)
     tp = t.micro_batches * mb - compute
     bubble = t.bubble * t.micro_batches * other
-    p2p = t.p2p_s / eff.comm + t.p2p_latency_s
+    p2p = t.p2p_s / eff.comm + t.p2p_latency_s + p2p_link_bound_s(t, eff)
     x = t.dp_s / eff.comm + t.dp_latency_s
     if t.dp_per_micro_batch:
         dp = t.micro_batches * zero3_exposed_s(t, x, eff)
