@@ -34,6 +34,16 @@ cases are, nothing fitted, every case held out; printed as for ``--sharded`` (go
     sudo python benchmarks/prediction_error.py --lm --out bench-out/prediction_error_lm.json \
         --plot ""
 
+``--tp-pp`` runs the tensor- and pipeline-parallel section instead: a GPT-2-style model of
+four blocks (hidden 128, 64 tokens, micro-batch 8, fp32) on two ranks, each a host of its
+own, at 100 and 300 Mbit/s: tp 2 with and without sequence parallelism, and a pipeline of 2
+stages under GPipe and 1F1B with 4 micro-batches (:data:`TP_PP`). Each case is predicted
+before it runs as its step on loopback plus what the step model's critical-path traffic
+takes more on the link than on loopback (:mod:`scalelab.experiment.parallel_links`);
+nothing fitted, every case held out (goal median <= 5%, max <= 15%).
+
+    sudo python benchmarks/prediction_error.py --tp-pp --out bench-out/prediction_error_tp_pp.json
+
 ``--sharded`` runs the sharded section instead: ZeRO-1, -2 and -3
 (``scalelab run --architecture fsdp --zero N``) of the AlexNet-like model on two workers at
 300 and 500 Mbit/s, and ZeRO-2 and -3 on three workers at 300 Mbit/s (:data:`SHARDED`).
@@ -67,8 +77,11 @@ from scalelab.experiment.validate import (  # noqa: E402
     describe_config,
     run_cases,
 )
+from scalelab.models.config import TransformerConfig  # noqa: E402
+from scalelab.parallel import ParallelLayout  # noqa: E402
 from scalelab.report.figures import plot_validation  # noqa: E402
 from scalelab.results import write_json  # noqa: E402
+from scalelab.runner.parallel_config import ParallelRunConfig  # noqa: E402
 from scalelab.theory.units import Bps_to_mbps  # noqa: E402
 from scalelab.workload import WorkloadSpec  # noqa: E402
 from tests.lm_models import WIDE_VOCAB  # noqa: E402
@@ -103,6 +116,15 @@ LM_SPEC = WorkloadSpec("tests.lm_models:wide_vocab", input="tokens", seq_len=32,
 LM = [(LM_SPEC, [ps(2, 1, "300mbit", 8), ps(2, 2, "300mbit", 8),
                  ps(2, 2, "300mbit", 8, "tensor"), ar(2, "300mbit", 8),
                  fsdp(2, 2, "300mbit", 8), fsdp(2, 3, "300mbit", 8)])]
+
+TP_PP_MODEL = TransformerConfig("link-gpt", "gpt2", layers=4, hidden=128, heads=4, vocab=512,
+                                max_seq=64, tied=False)
+TP_PP_SEQ, TP_PP_BATCH = 64, 8   # b s h = 65,536 values: 256 KB, 4x the links' 64 KiB burst
+TP_PP = [("tp 2", {"tp": 2, "sequence_parallel": False}),
+         ("tp 2 +sp", {"tp": 2, "sequence_parallel": True}),
+         ("pp 2 gpipe m4", {"pp": 2, "schedule": "gpipe", "accumulation": 4}),
+         ("pp 2 1f1b m4", {"pp": 2, "schedule": "1f1b", "accumulation": 4})]
+TP_PP_RATES = ("100mbit", "300mbit")
 
 GRID = [
     (COMM, [ps(2, 1, "300mbit", 8), ps(2, 2, "300mbit", 8), ps(4, 1, "300mbit", 8),
@@ -197,6 +219,45 @@ def sharded(args, options, grid=SHARDED, name="sharded") -> int:
     return 0
 
 
+def tp_pp(args, steps: int) -> int:
+    """The tensor- and pipeline-parallel section: every case held out."""
+    from scalelab.experiment.parallel_links import run_case
+
+    t0, load_before = time.perf_counter(), os.getloadavg()
+    cases = []
+    for rate in TP_PP_RATES:
+        for name, layout in TP_PP:
+            cfg = ParallelRunConfig(
+                model=TP_PP_MODEL, seq_len=TP_PP_SEQ, steps=steps, warmup_steps=2,
+                timeout_s=120, threads=1,
+                layout=ParallelLayout(micro_batch=TP_PP_BATCH, precision="fp32", **layout))
+            c = run_case(name, cfg, rate, say=lambda m: print(f"  . {m}", flush=True))
+            cases.append(c)
+            print(f"  {name:14s} {rate:8s} loopback {c.loopback_step_s * 1e3:7.1f} ms + "
+                  f"traffic {c.traffic_link_s * 1e3:6.1f} - {c.traffic_loopback_s * 1e3:5.1f}"
+                  f" ms = predicted {c.predicted_step_s * 1e3:7.1f} ms  measured "
+                  f"{c.measured_step_s * 1e3:7.1f} ms  error {c.error:+.1%}", flush=True)
+    errs = sorted(abs(c.error) for c in cases)
+    n = len(errs)
+    median = errs[n // 2] if n % 2 else (errs[n // 2 - 1] + errs[n // 2]) / 2
+    held = {"cases": n, "median_abs_error": median, "max_abs_error": errs[-1]}
+    load_after = os.getloadavg()
+    result = {"cases": [c.to_dict() for c in cases], "held_out": held, "fitted_cases": 0,
+              "goal": SHARDED_GOAL,
+              "meets_goal": (median <= SHARDED_GOAL["median_abs_error"]
+                             and errs[-1] <= SHARDED_GOAL["max_abs_error"]),
+              "grid_s": time.perf_counter() - t0,
+              "load_average_1min": {"before": load_before[0], "after": load_after[0],
+                                    "cores": os.cpu_count()}}
+    print(f"{n} tensor- and pipeline-parallel cases in {result['grid_s']:.0f} s, none fitted; "
+          f"load average {load_before[0]:.1f} -> {load_after[0]:.1f} on {os.cpu_count()} cores")
+    print(f"held-out |error|: median {median:.1%}, max {errs[-1]:.1%}  (goal <= 5%, <= 15%)")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    write_json(args.out, "validation", result)
+    print(f"-> {args.out}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=None,
@@ -212,8 +273,13 @@ def main() -> int:
                     help="run the sharded section (ZeRO-1/2/3 on emulated links) instead")
     ap.add_argument("--lm", action="store_true",
                     help="run the language-model section (ps, all-reduce, ZeRO) instead")
+    ap.add_argument("--tp-pp", action="store_true",
+                    help="run the tensor- and pipeline-parallel section (emulated links) "
+                    "instead")
     args = ap.parse_args()
-    steps = args.steps or (16 if args.sharded or args.lm else 8)
+    steps = args.steps or (16 if args.sharded or args.lm or args.tp_pp else 8)
+    if args.tp_pp:
+        return tp_pp(args, steps)
     options = ValidationOptions(steps=steps, warmup_steps=2, timeout_s=120,
                                 profile_steps=args.profile_steps)
     if args.sharded:

@@ -47,15 +47,17 @@ def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
 
 
 def time_collectives(collectives: list, workers: int, rate: str | None = None,
-                     repeats: int = 3, timeout_s: float = 300.0) -> dict:
+                     repeats: int = 3, timeout_s: float = 300.0, gap_s: float = 0.0) -> dict:
     """``workers`` Gloo ranks run ``collectives`` in sequence, on loopback or on an emulated
     network of ``rate``: the slowest rank's median of ``repeats`` (``exchange_s``) and the
-    median of each all-reduce in it (``all_reduce_s``, a list), seconds."""
+    median of each all-reduce in it (``all_reduce_s``, a list), seconds. ``gap_s``: each
+    rank idles that long before each collective (and it is counted in ``exchange_s``), as a
+    step computes between them: an emulated link's token bucket refills meanwhile."""
     from scalelab import netem
     from scalelab.runner.launch import free_port
 
     plan = json.dumps({"collectives": [[c.kind, c.numel, c.src] for c in collectives],
-                       "repeats": repeats})
+                       "repeats": repeats, "gap_s": gap_s})
 
     def cmds(prefix, addr, port):
         return [prefix(r) + [sys.executable, "-m", CHILD, "--time-collectives", plan, addr,

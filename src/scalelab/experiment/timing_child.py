@@ -142,7 +142,8 @@ def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
                             rank: int) -> None:
     """Replay a step's collectives (:class:`scalelab.theory.sharded_step.Collective` as
     ``[kind, numel, src]``) on Gloo, one after another as the step issues them (ZeRO-1's
-    broadcasts all started, then waited for, as ``ZeroRedundancyOptimizer`` does); print the
+    broadcasts all started, then waited for, as ``ZeroRedundancyOptimizer`` does; a ``send``
+    from ``src`` to the next rank, blocking, as a pipeline stage's boundary); print the
     median time of the whole sequence over ``repeats``, and of each all-reduce in it."""
     import statistics
     import time
@@ -157,6 +158,7 @@ def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://{addr}:{port}", rank=rank,
                             world_size=workers, timeout=timedelta(seconds=120))
+    gap = float(plan.get("gap_s", 0.0))   # idle before each collective, as compute is
     try:
         bufs = []
         for kind, numel, src in plan["collectives"]:
@@ -168,6 +170,8 @@ def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
             """Run the collectives; the seconds of each all-reduce, in order."""
             pending, reduces = [], []
             for kind, whole, shard, src in bufs:
+                if gap:
+                    time.sleep(gap)
                 if kind == "all_gather":
                     dist.all_gather_into_tensor(whole, shard)
                 elif kind == "reduce_scatter":
@@ -176,6 +180,11 @@ def _time_collectives_child(plan_json: str, addr: str, port: int, workers: int,
                     t0 = time.perf_counter()
                     dist.all_reduce(whole)
                     reduces.append(time.perf_counter() - t0)
+                elif kind == "send":  # a stage boundary's send: src to the next rank
+                    if rank == src:
+                        dist.send(whole, dst=(src + 1) % workers)
+                    elif rank == (src + 1) % workers:
+                        dist.recv(whole, src=src)
                 else:
                     pending.append(dist.broadcast(whole, src=src, async_op=True))
             for w in pending:

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 from scalelab.theory.comm import DDP_BUCKET_BYTES
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast")
+KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "send")
 
 
 @dataclass(frozen=True)
