@@ -254,7 +254,7 @@ BAD_CALIBRATIONS = [
                          ids=[f"{k}={v!r}" for k, v, _ in BAD_CALIBRATIONS])
 def test_a_bad_calibration_file_is_one_line_for_plan_and_validate(tmp_path, key, value,
                                                                     message):
-    from scalelab.plan.inputs import load_calibration_file
+    from scalelab.plan.calibration_input import load_calibration_file
 
     good = write_json(tmp_path / "good.json", "calibration", GOOD_CALIBRATION)
     assert load_calibration_file(good).params.overlap == 0.1

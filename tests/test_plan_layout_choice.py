@@ -9,7 +9,8 @@ import pytest
 from scalelab.plan import PlanOptions
 from scalelab.plan.cluster import Cluster
 from scalelab.plan.inputs import PlanInput, workload_from_dict
-from scalelab.plan.recommend import launch_command, plan
+from scalelab.plan.launch_line import launch_command
+from scalelab.plan.recommend import plan
 from scalelab.plan.story import headline
 from scalelab.theory import zero
 

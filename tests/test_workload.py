@@ -109,7 +109,7 @@ def test_check_workload_falls_back_to_cpu_for_ops_without_meta_kernels():
 
 
 def test_meta_model_builds_a_named_model_once_and_hands_out_copies(monkeypatch):
-    from scalelab import workload
+    from scalelab import meta_build as workload
 
     monkeypatch.setattr(workload, "_META_MODELS", {})
     builds = []
@@ -160,7 +160,7 @@ def _layout(model: torch.nn.Module) -> list:
 def test_copy_module_copies_as_deepcopy_does(name):
     import copy
 
-    from scalelab.workload import copy_module, meta_model
+    from scalelab.meta_build import copy_module, meta_model
 
     with torch.device("meta"):
         original = WorkloadSpec(name).build_model(seed=None)
@@ -189,7 +189,7 @@ def test_copy_module_copies_as_deepcopy_does(name):
 def test_copy_module_keeps_shared_tensors_shared_and_hands_odd_classes_to_deepcopy():
     import copy
 
-    from scalelab.workload import copy_module
+    from scalelab.meta_build import copy_module
 
     class Tied(torch.nn.Module):
         def __init__(self):
@@ -243,7 +243,7 @@ def test_a_meta_build_skips_the_initializers_and_puts_them_back(tmp_path, monkey
 
     import torch.nn.init as init
 
-    from scalelab import workload
+    from scalelab import meta_build as workload
 
     (tmp_path / "init_factories.py").write_text(FACTORIES)
     monkeypatch.syspath_prepend(str(tmp_path))

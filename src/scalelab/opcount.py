@@ -60,9 +60,10 @@ from torch.utils.flop_counter import conv_flop_count, flop_registry
 
 from scalelab import metashapes
 from scalelab.errors import UsageError
+from scalelab.meta_build import meta_model
 from scalelab.opclasses import op_class
 from scalelab.oprecord import PHASES, OpCost, StepOps  # noqa: F401 - re-exported
-from scalelab.workload import WorkloadInfo, WorkloadSpec, logits_of, meta_model
+from scalelab.workload import WorkloadInfo, WorkloadSpec, logits_of
 
 _FOREACH_TENSORS_PER_KERNEL = 110  # torch's multi_tensor_apply depth-1 list size
 _OPTIMIZER_PASSES = {"sgd": 3, "adam": 5}  # element-wise foreach passes per step

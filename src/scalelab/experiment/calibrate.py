@@ -45,7 +45,7 @@ from scalelab.experiment.observations import (  # noqa: F401 - re-exported
     observation_from_run,
     observations_from_validation,
 )
-from scalelab.plan.inputs import CALIBRATED, UNCALIBRATED, CalibrationInput
+from scalelab.plan.calibration_input import CALIBRATED, UNCALIBRATED, CalibrationInput
 from scalelab.plan.step import ModelParams
 from scalelab.theory.band import ErrorBand, band_from_log_errors
 
@@ -135,7 +135,7 @@ class Calibration:
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "calibration") -> Calibration:
         """What ``validate`` and ``plan`` need from a calibration file (older ones too), read
-        as a plan reads it (:meth:`scalelab.plan.inputs.CalibrationInput.from_dict`)."""
+        as a plan reads it (:meth:`scalelab.plan.calibration_input.CalibrationInput.from_dict`)."""
         c = CalibrationInput.from_dict(d, where)
         return cls(c.params, c.model, c.reason, c.fitted_cases, c.band, c.prior)
 

@@ -34,9 +34,9 @@ def model_collectives(spec: WorkloadSpec, level: int, workers: int) -> list:
     """The collectives one step of ZeRO-``level`` issues for ``spec``'s model, counted on
     meta tensors (:func:`scalelab.theory.sharded_step.step_collectives`); FSDP2's root unit
     takes the parameters no block holds."""
+    from scalelab.meta_build import meta_model
     from scalelab.profiler.memory import fsdp_units
     from scalelab.theory.sharded_step import step_collectives
-    from scalelab.workload import meta_model
 
     model = meta_model(spec)
     params = [p.numel() for p in model.parameters() if p.requires_grad]

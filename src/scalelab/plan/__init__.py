@@ -12,13 +12,15 @@ The numbers for a reader (:mod:`scalelab.text`, which the hardware estimate uses
 re-exported here.
 """
 
+from scalelab.plan.calibration_input import (
+    CalibrationInput,
+    load_calibration,
+    load_calibration_file,
+)
 from scalelab.plan.cluster import PLACEMENTS, Cluster, load_cluster
 from scalelab.plan.compute import TargetCompute, target_compute
 from scalelab.plan.inputs import (
-    CalibrationInput,
     PlanInput,
-    load_calibration,
-    load_calibration_file,
     load_input,
     load_profile,
     load_workload,

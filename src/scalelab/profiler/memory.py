@@ -130,9 +130,10 @@ def memory_components(spec) -> dict:
     FSDP unit (:func:`scalelab.blocks.fsdp_units`).
     fp32 throughout (the dtype the model is built in).
     """
+    from scalelab.meta_build import meta_model
     from scalelab.metashapes import ShapedMeta
     from scalelab.theory import zero
-    from scalelab.workload import logits_of, meta_model
+    from scalelab.workload import logits_of
 
     model = meta_model(spec)
     loss = spec.loss_fn()

@@ -34,7 +34,7 @@ def _precheck_checkpoints(cfg: RunConfig) -> None:
         checkpoint.check_folder(cfg)
     if not (cfg.resume and cfg.checkpoint_dir and Path(cfg.checkpoint_dir).is_dir()):
         return
-    from scalelab.workload import meta_model
+    from scalelab.meta_build import meta_model
 
     model = meta_model(cfg.workload)
     if cfg.architecture == "fsdp":
