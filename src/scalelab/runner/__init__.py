@@ -21,7 +21,7 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from scalelab.errors import RunFailure, UsageError
+from scalelab.errors import UsageError
 from scalelab.runner.config import RunConfig
 
 __all__ = ["RunConfig", "run_training"]
@@ -105,17 +105,6 @@ def make_workdir(kind: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"scalelab-{kind}-{os.getpid()}-"))
 
 
-def _write_ranks(path, workdir: Path, world_size: int) -> None:
-    from scalelab.results import write_text_atomic
-
-    lines = []
-    for r in range(world_size):
-        f = workdir / f"rank-{r}.jsonl"
-        if f.exists():
-            lines.append(f.read_text())
-    write_text_atomic(path, "".join(lines))
-
-
 def _precheck_tokens(cfg: RunConfig) -> None:
     """A language model's token file, opened and checked (ids below the vocabulary, one
     sequence at least) before any process starts: one line, exit 2."""
@@ -165,19 +154,7 @@ def run_training(config: RunConfig, progress=None, ranks_path=None) -> dict:
             job = Job(workdir, config_path, ranks,
                       master_addr=net.hosts[0].ip if net is not None else "127.0.0.1",
                       timeout_s=cfg.timeout_s, progress_rank=0, warm=cfg.device == "cpu")
-            job.start()
-            job.wait(on_line=progress)
-            try:
-                result = json.loads((workdir / "result.json").read_text())
-            except (OSError, ValueError):
-                raise RunFailure("the job ended without a result from rank 0") from None
-            if job.teardown:
-                result["warnings"] = [*result.get("warnings", []), *job.teardown]
-            if net is not None:
-                result["network"] = {"rate_bps": net.rate_bps, "hosts": len(net.hosts)}
-            if ranks_path:
-                _write_ranks(ranks_path, workdir, cfg.world_size)
-            return result
+            return job.run(progress, net, ranks_path)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

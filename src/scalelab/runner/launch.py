@@ -132,6 +132,25 @@ class Job:
             finally:
                 log.close()
 
+    def run(self, on_line=None, network=None, ranks_path=None) -> dict:
+        """Start, wait (``on_line`` gets the watched rank's step lines) and return rank 0's
+        result (``result.json``), with the deaths after a rank's part was done as
+        warnings, an emulated ``network``'s rate and hosts, and every rank's step lines
+        written to ``ranks_path`` when given."""
+        self.start()
+        self.wait(on_line=on_line)
+        try:
+            result = json.loads((self.workdir / "result.json").read_text())
+        except (OSError, ValueError):
+            raise RunFailure("the job ended without a result from rank 0") from None
+        if self.teardown:
+            result["warnings"] = [*result.get("warnings", []), *self.teardown]
+        if network is not None:
+            result["network"] = {"rate_bps": network.rate_bps, "hosts": len(network.hosts)}
+        if ranks_path:
+            write_ranks(ranks_path, self.workdir, len(self.ranks))
+        return result
+
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs.values()]
@@ -291,6 +310,15 @@ class Job:
         if err:
             return err["error"]
         return f"exited with code {code}" + (f": {t}" if (t := self._log_tail(rank)) else "")
+
+
+def write_ranks(path, workdir: Path, world_size: int) -> None:
+    """Every rank's step lines (``rank-R.jsonl`` of ``workdir``), rank by rank, to ``path``."""
+    from scalelab.results import write_text_atomic
+
+    lines = [f.read_text() for r in range(world_size)
+             if (f := workdir / f"rank-{r}.jsonl").exists()]
+    write_text_atomic(path, "".join(lines))
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:

@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from scalelab.errors import RunFailure, UsageError
+from scalelab.errors import UsageError
 from scalelab.runner.parallel_config import ParallelRunConfig
 
 
@@ -96,29 +96,9 @@ def run_parallel(cfg: ParallelRunConfig, progress=None, ranks_path=None,
                       master_addr=net.hosts[0].ip if net is not None else "127.0.0.1",
                       timeout_s=cfg.timeout_s, progress_rank=watch, warm=cfg.device == "cpu",
                       module="scalelab.runner.parallel_train")
-            job.start()
-            job.wait(on_line=progress)
-            try:
-                result = json.loads((workdir / "result.json").read_text())
-            except (OSError, ValueError):
-                raise RunFailure("the job ended without a result from rank 0") from None
-            if job.teardown:
-                result["warnings"] = [*result.get("warnings", []), *job.teardown]
-            if net is not None:
-                result["network"] = {"rate_bps": net.rate_bps, "hosts": len(net.hosts)}
-            if ranks_path:
-                _write_ranks(ranks_path, workdir, cfg.world_size)
-            return result
+            return job.run(progress, net, ranks_path)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _write_ranks(path, workdir: Path, world_size: int) -> None:
-    from scalelab.results import write_text_atomic
-
-    lines = [f.read_text() for r in range(world_size)
-             if (f := workdir / f"rank-{r}.jsonl").exists()]
-    write_text_atomic(path, "".join(lines))
 
 
 def _run_torchrun(cfg: ParallelRunConfig, ranks_path) -> dict:
