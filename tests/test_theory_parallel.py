@@ -54,3 +54,10 @@ def test_a_send_longer_than_a_stage_pass_sets_the_pace():
     assert par.pp_link_bound_s(0.0, 0.02, 0.04, 4) == 0.0
     with pytest.raises(ValueError):
         par.pp_link_bound_s(0.03, 0.02, 0.04, 0)
+
+
+def test_a_rendezvous_pipeline_exposes_every_send():
+    assert par.pp_p2p_rendezvous_s(0.01, 4) == pytest.approx(0.08)
+    assert par.pp_p2p_rendezvous_s(-1e-4, 4) == 0.0     # a replay's noise below its gap
+    with pytest.raises(ValueError):
+        par.pp_p2p_rendezvous_s(0.01, 0)

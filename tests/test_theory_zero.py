@@ -112,3 +112,16 @@ def test_fsdp_prefetch_overlap_limits():
     # in between: more than compute, less than compute + exchange
     mid = zero.fsdp_step_s(units, 3.0, 6.0, 2.0, 2.0)
     assert 9.0 < mid < 9.0 + 6.0
+
+
+@pytest.mark.parametrize("n, a, r", [(24, 0.5, 0.5), (24, 1.5, 1.5), (80, 3.0, 3.0),
+                                     (8, 0.1, 0.1), (24, 0.9, 1.2)])
+def test_the_blocks_closed_form_is_the_simulations_steady_state(n, a, r):
+    """forward 1 s, backward 2 s: the simulation exceeds the closed form by its ends only."""
+    sim = zero.fsdp_step_s([1.0] * n, 1.0, 2.0, a, r) - 3.0
+    closed = zero.fsdp_blocks_exposed_s(n, 1.0, 2.0, a, r)
+    assert 0.0 <= sim - closed <= 3 * (a + r) / n
+    # all hidden while each block's collectives are shorter than its compute
+    assert zero.fsdp_blocks_exposed_s(n, 1.0, 2.0, 0.5, 0.5) == 0.0
+    with pytest.raises(ValueError):
+        zero.fsdp_blocks_exposed_s(0, 1.0, 2.0, a, r)

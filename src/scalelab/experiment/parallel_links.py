@@ -12,7 +12,8 @@ predicted before it runs from its step on loopback:
   Gloo (:func:`scalelab.experiment.sharded_timing.time_collectives`) on loopback and on
   the case's link.
 - **a pipeline** of two stages on Gloo: every micro-batch's activation and gradient cross
-  the boundary on the critical path, ``E(s) = 2 m s`` with ``s`` one send replayed:
+  the boundary on the critical path, ``E(s) = 2 m s`` with ``s`` one send replayed
+  (:func:`scalelab.theory.parallel.pp_p2p_rendezvous_s`):
   ``T_link = T_loopback + E(s_link) - E(s_loopback)``. A Gloo send does not start until
   its peer has posted the matching receive (gloo/transport/tcp/pair.cc: "sends cannot
   execute until the remote side is ready to receive"), and ``torch.distributed.pipelining``
@@ -61,12 +62,6 @@ def critical_traffic(cfg: ParallelRunConfig) -> tuple[list[Collective], int]:
     return [Collective("send", whole, src=0), Collective("send", whole, src=1)], 2
 
 
-def pipeline_exposed_s(send_s: float, micro_batches: int) -> float:
-    """``E(s)`` of the module docstring: a two-stage Gloo pipeline's sends on its critical
-    path, every micro-batch's each way."""
-    return 2.0 * micro_batches * send_s
-
-
 @dataclass(frozen=True)
 class LinkCase:
     """One case: the layout, the rate, and the figures of its prediction and its run."""
@@ -110,7 +105,7 @@ def run_case(name: str, cfg: ParallelRunConfig, rate: str, repeats: int = 5,
     on_loop, on_link = (time_collectives(traffic, ranks, r, repeats=repeats,
                                          gap_s=gap)["exchange_s"] for r in (None, rate))
     if cfg.layout.pp > 1:   # one send each way: its time, the gap taken off
-        on_loop, on_link = (pipeline_exposed_s(max(0.0, x / 2 - gap), cfg.layout.accumulation)
+        on_loop, on_link = (par.pp_p2p_rendezvous_s(x / 2 - gap, cfg.layout.accumulation)
                             for x in (on_loop, on_link))
     say(f"{name}: the run on {rate}")
     measured = run_parallel(cfg.with_(emulate_network=rate))["steps"]["step_s"]["median"]

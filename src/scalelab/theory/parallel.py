@@ -142,6 +142,17 @@ def pp_link_bound_s(send_s: float, forward_s: float, backward_s: float, micro_ba
     return (vpp * micro_batches - 1) * (max(0.0, send_s - f) + max(0.0, send_s - b))
 
 
+def pp_p2p_rendezvous_s(send_s: float, micro_batches: int) -> float:
+    """A two-stage pipeline's sends on its critical path when a send cannot start before its
+    receive is posted and each receive is posted just before its micro-batch is computed
+    (Gloo's pairs: "sends cannot execute until the remote side is ready to receive",
+    gloo/transport/tcp/pair.cc; ``torch.distributed.pipelining``'s schedules): every
+    micro-batch's activation waits for the link going forward and its gradient coming back,
+    ``2 m s``."""
+    _positive_int("micro_batches", micro_batches)
+    return 2.0 * micro_batches * max(0.0, send_s)
+
+
 def in_flight_micro_batches(pp: int, micro_batches: int, schedule: str = "1f1b",
                             vpp: int = 1) -> float:
     """Micro-batches whose activations stage 0 holds at its peak, in units of one

@@ -312,6 +312,33 @@ def fsdp_step_s(unit_fractions: Sequence[float], forward_s: float, backward_s: f
     return max(link, b_end)
 
 
+def fsdp_blocks_exposed_s(blocks: int, forward_s: float, backward_s: float,
+                          allgather_s: float, reducescatter_s: float) -> float:
+    """The steady state of :func:`fsdp_step_s` for ``blocks`` equal units under ZeRO-3:
+    the exchange one forward + backward leaves exposed, seconds, without the first unit's
+    gather and the last one's reduce-scatter, which no compute can hide.
+
+    With prefetch one unit ahead, a unit's forward waits for its all-gather and its
+    backward for the next unit's all-gather plus its own reduce-scatter on the same link, so
+    per unit of ``F/n``, ``B/n``, ``A/n``, ``R/n``:
+
+        exposed = n (max(0, A/n - F/n) + max(0, (A + R)/n - B/n))
+
+    A unit whose collectives outlast its compute leaves the difference exposed even when
+    the whole exchange is shorter than the whole compute (Zhao et al. 2023, "PyTorch
+    FSDP", sec. 4.3 and 5). Closed form, for a step model called once per layout;
+    :func:`fsdp_step_s` is the simulation it is the steady state of (within
+    ``3 (A + R) / n``: the ends).
+    """
+    if blocks < 1:
+        raise ValueError(f"blocks must be >= 1, got {blocks}")
+    if min(forward_s, backward_s, allgather_s, reducescatter_s) < 0:
+        raise ValueError("times must be >= 0")
+    n = blocks
+    return n * (max(0.0, (allgather_s - forward_s) / n)
+                + max(0.0, (allgather_s + reducescatter_s - backward_s) / n))
+
+
 def exchange_factor(layout: str, *, param_bytes_per_param: float = 2,
                     grad_bytes_per_param: float = 2) -> float:
     """A layout's exchange bytes over plain DDP's all-reduce at the same scale.

@@ -320,21 +320,14 @@ def step_seconds(t: Terms, eff: lm_fit.Efficiency) -> tuple[float, ...]:
 
 def zero3_exposed_s(t: Terms, exchange_s: float, eff: lm_fit.Efficiency) -> float:
     """ZeRO-3's (FSDP FULL_SHARD's) exchange of one micro-batch not hidden by compute,
-    block by block: FSDP gathers each block's parameters while the block before computes
-    (forward prefetch) and, in backward, gathers them again (for the recomputation and the
-    backward) and reduce-scatters the gradients on the same communication stream while
-    the block behind computes (backward prefetch): a forward takes ``max(F, AG)``, a
-    backward ``max(B, AG + RS)`` per block (PyTorch, "FullyShardedDataParallel",
-    ``forward_prefetch`` / ``BackwardPrefetch``: https://pytorch.org/docs/stable/fsdp.html;
-    Zhao et al. 2023, "PyTorch FSDP", sec. 4.3 and 5). A block whose collective outlasts
-    its compute leaves the difference exposed, even when the whole exchange is shorter than
-    the whole compute."""
-    n = max(1, t.layers)
-    ag = exchange_s * t.dp_gather_share / n
-    rest = exchange_s / n - ag
-    fwd = eff.overlap * lmc.device_s(t.layer_forward, eff)
-    bwd = eff.overlap * lmc.device_s(t.layer_backward, eff)
-    return n * (max(0.0, ag - fwd) + max(0.0, ag + rest - bwd))
+    block by block (:func:`scalelab.theory.zero.fsdp_blocks_exposed_s`): each block's
+    all-gather behind the block before's forward, and in backward the next block's
+    all-gather and its own reduce-scatter behind its backward (PyTorch FSDP's
+    ``forward_prefetch`` / ``BackwardPrefetch``)."""
+    ag = exchange_s * t.dp_gather_share
+    return zero.fsdp_blocks_exposed_s(
+        max(1, t.layers), eff.overlap * t.layers * lmc.device_s(t.layer_forward, eff),
+        eff.overlap * t.layers * lmc.device_s(t.layer_backward, eff), ag, exchange_s - ag)
 
 
 def lm_step(model: TransformerConfig, layout: ParallelLayout, seq_len: int,
